@@ -1,0 +1,742 @@
+#include "daemon/core/slot_pool.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "daemon/core/status_macros.h"
+
+namespace statecache {
+namespace {
+
+absl::Status CheckHash(int64_t hash, const char* what) {
+  if (hash < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " ", hash, " is negative; hashes are in [0, 2^63)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- creation
+
+absl::StatusOr<SlotPool> SlotPool::Create(int64_t num_slots,
+                                          StateTransfer transfer,
+                                          int64_t hash_block_size,
+                                          bool enabled) {
+  if (num_slots < 0 || num_slots > kMaxSlots) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "num_slots must be in [0, ", kMaxSlots, "], got ", num_slots));
+  }
+  if (hash_block_size < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "hash_block_size must be >= 1, got ", hash_block_size));
+  }
+  if (transfer.copies()) {
+    return absl::InvalidArgumentError(
+        "PAGE-copy checkpoints do not belong to the slot pool (transfer kind "
+        "copy)");
+  }
+  return SlotPool(num_slots, transfer, hash_block_size, enabled);
+}
+
+SlotPool::SlotPool(int64_t num_slots, StateTransfer transfer,
+                   int64_t hash_block_size, bool enabled)
+    : enabled_(enabled && num_slots > 0),
+      num_slots_(num_slots),
+      transfer_(transfer),
+      hash_block_size_(hash_block_size) {
+  GrowTo(num_slots);
+  for (int64_t s = 0; s < num_slots; ++s) {
+    free_[s] = 1;
+    vacant_.Insert(s);
+  }
+  num_free_ = num_slots;
+}
+
+void SlotPool::GrowTo(int64_t capacity) {
+  if (capacity <= this->capacity()) return;
+  slot_hash_.resize(capacity, -1);
+  free_.resize(capacity, 0);
+  speculative_.resize(capacity, 0);
+  deferred_.resize(capacity, 0);
+  reserved_.resize(capacity, 0);
+  vacant_.Grow(capacity);
+  checkpointed_.Grow(capacity);
+}
+
+// ---------------------------------------------------------------- checks
+
+absl::Status SlotPool::CheckSlot(int64_t slot, const char* what) const {
+  if (slot < 0 || slot >= num_slots_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": slot ", slot, " out of range [0, ", num_slots_, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SlotPool::CheckReservations(
+    const std::vector<Reservation>& reservations, const char* what) const {
+  absl::flat_hash_set<int64_t> seen;
+  for (const Reservation& r : reservations) {
+    RETURN_IF_ERROR(CheckSlot(r.slot, what));
+    if (!seen.insert(r.slot).second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": slot ", r.slot, " is named twice"));
+    }
+    auto it = reservations_.find(r.slot);
+    if (it == reservations_.end()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          what, ": slot ", r.slot,
+          " holds no outstanding reservation (never reserved, or already "
+          "published or cancelled)"));
+    }
+    if (it->second.first != r.position || it->second.second != r.hash) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          what, ": slot ", r.slot, " was reserved for position ",
+          it->second.first, " hash ", it->second.second, ", not position ",
+          r.position, " hash ", r.hash));
+    }
+    if (pinned_.contains(r.slot)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          what, ": reserved slot ", r.slot, " is pinned"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------- free list
+
+absl::StatusOr<bool> SlotPool::HasFree(int64_t count) const {
+  if (count < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("has_free: count must be >= 0, got ", count));
+  }
+  return num_free_ >= count;
+}
+
+absl::StatusOr<bool> SlotPool::IsFree(int64_t slot) const {
+  RETURN_IF_ERROR(CheckSlot(slot, "is_free"));
+  return free_[slot] != 0;
+}
+
+absl::StatusOr<bool> SlotPool::HoldsCheckpoint(int64_t slot) const {
+  RETURN_IF_ERROR(CheckSlot(slot, "holds_checkpoint"));
+  return free_[slot] != 0 && slot_hash_[slot] != -1;
+}
+
+absl::StatusOr<int64_t> SlotPool::Pop() {
+  if (num_free_ < 1) {
+    return absl::ResourceExhaustedError("pop: no free slot");
+  }
+  return PopUnchecked();
+}
+
+absl::StatusOr<std::vector<int64_t>> SlotPool::PopMany(int64_t count) {
+  if (count < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pop_many: count must be >= 0, got ", count));
+  }
+  if (count > num_free_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "pop_many: ", count, " slots asked for, only ", num_free_, " free"));
+  }
+  std::vector<int64_t> out;
+  out.reserve(count);
+  for (int64_t i = 0; i < count; ++i) out.push_back(PopUnchecked());
+  return out;
+}
+
+int64_t SlotPool::PopUnchecked() {
+  int64_t slot = PopVacant();
+  if (slot < 0) {
+    slot = checkpointed_.Front();
+    checkpointed_.Remove(slot);
+    free_[slot] = 0;
+    --num_free_;
+    ++fates_.evicted;
+  }
+  // The guess goes with the content; not folded into Invalidate, which also
+  // runs on the re-file inside Index and would clear a mark just made.
+  speculative_[slot] = 0;
+  InvalidateUnchecked(slot);
+  return slot;
+}
+
+int64_t SlotPool::PopVacant() {
+  const int64_t slot = vacant_.Min();
+  if (slot < 0) return -1;
+  vacant_.Erase(slot);
+  free_[slot] = 0;
+  --num_free_;
+  return slot;
+}
+
+absl::Status SlotPool::Claim(int64_t slot) {
+  RETURN_IF_ERROR(CheckSlot(slot, "claim"));
+  if (!free_[slot]) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("claim: slot ", slot, " is not free"));
+  }
+  ClaimUnchecked(slot);
+  return absl::OkStatus();
+}
+
+void SlotPool::ClaimUnchecked(int64_t slot) {
+  if (!free_[slot]) return;
+  free_[slot] = 0;
+  --num_free_;
+  if (slot_hash_[slot] != -1) {
+    checkpointed_.Remove(slot);
+  } else {
+    vacant_.Erase(slot);
+  }
+}
+
+absl::Status SlotPool::MarkSpeculative(int64_t slot) {
+  RETURN_IF_ERROR(CheckSlot(slot, "mark_speculative"));
+  MarkSpeculativeUnchecked(slot);
+  return absl::OkStatus();
+}
+
+void SlotPool::MarkSpeculativeUnchecked(int64_t slot) {
+  if (enabled_) speculative_[slot] = 1;
+}
+
+absl::Status SlotPool::Promote(int64_t slot) {
+  RETURN_IF_ERROR(CheckSlot(slot, "promote"));
+  if (!enabled_ || !speculative_[slot]) return absl::OkStatus();
+  speculative_[slot] = 0;
+  if (free_[slot] && slot_hash_[slot] != -1) {
+    checkpointed_.Remove(slot);
+    checkpointed_.PushBack(slot);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SlotPool::Release(int64_t slot) {
+  RETURN_IF_ERROR(CheckSlot(slot, "release"));
+  if (free_[slot]) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("release: slot ", slot, " is already free"));
+  }
+  if (pinned_.contains(slot)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "release: slot ", slot,
+        " is pinned as a fork source; it goes back through release_pins, "
+        "drop_reader or unpin"));
+  }
+  ReleaseUnchecked(slot);
+  return absl::OkStatus();
+}
+
+void SlotPool::ReleaseUnchecked(int64_t slot) {
+  if (reserved_[slot]) {
+    reserved_[slot] = 0;
+    reservations_.erase(slot);
+  }
+  free_[slot] = 1;
+  ++num_free_;
+  if (slot_hash_[slot] != -1) {
+    if (speculative_[slot]) {
+      checkpointed_.PushFront(slot);
+    } else {
+      checkpointed_.PushBack(slot);
+    }
+    return;
+  }
+  speculative_[slot] = 0;
+  vacant_.Insert(slot);
+}
+
+absl::Status SlotPool::ReleaseMany(const std::vector<int64_t>& slots) {
+  absl::flat_hash_set<int64_t> seen;
+  for (int64_t slot : slots) {
+    if (slot == -1) continue;
+    RETURN_IF_ERROR(CheckSlot(slot, "release_many"));
+    if (!seen.insert(slot).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("release_many: slot ", slot, " is named twice"));
+    }
+    if (free_[slot]) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("release_many: slot ", slot, " is already free"));
+    }
+    if (pinned_.contains(slot)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "release_many: slot ", slot, " is pinned as a fork source"));
+    }
+  }
+  for (int64_t slot : slots) {
+    if (slot >= 0) ReleaseUnchecked(slot);
+  }
+  return absl::OkStatus();
+}
+
+void SlotPool::SetHash(int64_t slot, int64_t hash) {
+  if (!free_[slot]) {
+    slot_hash_[slot] = hash;
+    return;
+  }
+  // Re-file a free slot into the half its new content puts it in.
+  ClaimUnchecked(slot);
+  slot_hash_[slot] = hash;
+  ReleaseUnchecked(slot);
+}
+
+// ---------------------------------------------------------------- resizing
+
+absl::Status SlotPool::Extend(int64_t count) {
+  if (count < 0 || count > kMaxSlots - num_slots_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("extend: count must be in [0, ", kMaxSlots - num_slots_,
+                     "], got ", count));
+  }
+  GrowTo(num_slots_ + count);
+  for (int64_t slot = num_slots_; slot < num_slots_ + count; ++slot) {
+    // Reuses a retired index's entry without touching hash_to_slot, as the
+    // reference does.
+    slot_hash_[slot] = -1;
+    ReleaseUnchecked(slot);
+  }
+  num_slots_ += count;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<SlotRetirement>> SlotPool::RetireTop() {
+  const int64_t top = num_slots_ - 1;
+  if (top < 0) {
+    return absl::FailedPreconditionError("retire_top: the pool has no slots");
+  }
+  if (pinned_.contains(top)) return std::optional<SlotRetirement>();
+  const bool held = free_[top] && slot_hash_[top] != -1;
+  if (free_[top] && !held) {
+    ClaimUnchecked(top);
+    --num_slots_;
+    return std::optional<SlotRetirement>(SlotRetirement{top, -1, false});
+  }
+  const int64_t dst = TakeRelocationTarget(top);
+  if (dst < 0 && !held) return std::optional<SlotRetirement>();
+  if (dst < 0) {
+    // Nothing free anywhere: the top slot is the only checkpoint left, and
+    // spending it is what LRU asks for regardless.
+    SpendCheckpoint(top);
+  } else if (held) {
+    RehomeCheckpoint(top, dst);
+    if (speculative_[top]) {
+      speculative_[top] = 0;
+      speculative_[dst] = 1;
+    }
+  } else if (reserved_[top]) {
+    // A live reservation moves with its bytes.
+    reserved_[top] = 0;
+    reserved_[dst] = 1;
+    reservations_[dst] = reservations_[top];
+    reservations_.erase(top);
+  }
+  --num_slots_;
+  return std::optional<SlotRetirement>(SlotRetirement{top, dst, held});
+}
+
+void SlotPool::SpendCheckpoint(int64_t slot) {
+  ClaimUnchecked(slot);
+  ++fates_.evicted;
+  speculative_[slot] = 0;
+  InvalidateUnchecked(slot);
+}
+
+int64_t SlotPool::TakeRelocationTarget(int64_t exclude) {
+  const int64_t vacant = PopVacant();
+  if (vacant >= 0) return vacant;
+  if (checkpointed_.empty()) return -1;
+  int64_t slot = checkpointed_.Front();
+  if (slot == exclude) slot = checkpointed_.Next(slot);
+  if (slot == CheckpointLru::kNil) return -1;
+  SpendCheckpoint(slot);
+  return slot;
+}
+
+void SlotPool::RehomeCheckpoint(int64_t src, int64_t dst) {
+  const int64_t hash = slot_hash_[src];
+  checkpointed_.Replace(src, dst);
+  free_[src] = 0;
+  free_[dst] = 1;  // dst was taken off the free list by the target search
+  slot_hash_[src] = -1;
+  slot_hash_[dst] = hash;
+  hash_to_slot_[hash] = dst;
+}
+
+// ---------------------------------------------------------------- lookup
+
+absl::StatusOr<int64_t> SlotPool::ResumableHit(
+    const Sequence& seq, int64_t hit, const std::vector<int64_t>& block_hashes,
+    bool assume_checkpointed) const {
+  if (hit < 0 || hit > static_cast<int64_t>(block_hashes.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("resumable_hit: hit ", hit, " outside [0, ",
+                     block_hashes.size(), "] (the blocks given)"));
+  }
+  for (int64_t h : block_hashes) {
+    RETURN_IF_ERROR(CheckHash(h, "resumable_hit: block hash"));
+  }
+  if (!Applies(seq)) return hit;
+  // Nothing is kept under replay: the resuming forward rebuilds the state.
+  if (transfer_.replays()) return hit;
+  const int64_t min_fork_tokens = transfer_.fork_tokens();
+  for (int64_t i = hit - 1; i >= 0; --i) {
+    if (!assume_checkpointed && !hash_to_slot_.contains(block_hashes[i])) {
+      continue;
+    }
+    // num_tokens - (i+1)*hbs >= min_fork_tokens, without overflow on
+    // caller-supplied values.
+    int64_t covered = 0;
+    int64_t room = 0;
+    if (__builtin_mul_overflow(i + 1, hash_block_size_, &covered) ||
+        __builtin_sub_overflow(seq.num_tokens, covered, &room)) {
+      continue;
+    }
+    if (room >= min_fork_tokens) return i + 1;
+  }
+  return 0;
+}
+
+absl::StatusOr<int64_t> SlotPool::Lookup(int64_t hash) const {
+  RETURN_IF_ERROR(CheckHash(hash, "lookup: hash"));
+  if (!enabled_) return -1;
+  auto it = hash_to_slot_.find(hash);
+  return it == hash_to_slot_.end() ? -1 : it->second;
+}
+
+// ---------------------------------------------------------------- midstep
+
+absl::StatusOr<std::vector<Reservation>> SlotPool::ReserveMidstep(
+    const Sequence& seq,
+    const std::vector<std::pair<int64_t, int64_t>>& positions) {
+  for (const auto& [pos, hash] : positions) {
+    RETURN_IF_ERROR(CheckHash(hash, "reserve_midstep: hash"));
+  }
+  std::vector<Reservation> out;
+  if (!Applies(seq) || !transfer_.readable_midstep()) return out;
+  for (const auto& [pos, hash] : positions) {
+    if (num_free_ < 1) {
+      ++fates_.dropped;
+      break;
+    }
+    const int64_t slot = PopUnchecked();
+    reserved_[slot] = 1;
+    reservations_[slot] = {pos, hash};
+    out.push_back(Reservation{slot, pos, hash});
+  }
+  return out;
+}
+
+std::optional<int64_t> SlotPool::AnchorOf(const Sequence* seq) {
+  int64_t pos = 0;
+  if (seq != nullptr) {
+    pos = seq->midstep_anchor_pos != 0 ? seq->midstep_anchor_pos
+                                       : seq->checkpoint_end_pos;
+  }
+  if (pos == 0) return std::nullopt;
+  return pos;
+}
+
+absl::Status SlotPool::PublishMidstep(
+    const std::vector<Reservation>& reservations,
+    const std::optional<Sequence>& seq) {
+  RETURN_IF_ERROR(CheckReservations(reservations, "publish_midstep"));
+  const bool demotes = seq.has_value();
+  const std::optional<int64_t> known = AnchorOf(seq ? &*seq : nullptr);
+  for (const Reservation& r : reservations) {
+    if (demotes && (!known || r.position != *known)) {
+      MarkSpeculativeUnchecked(r.slot);
+    }
+    Index(r.hash, r.slot);
+    ReleaseUnchecked(r.slot);
+    ++fates_.kept;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SlotPool::CancelMidstep(
+    const std::vector<Reservation>& reservations) {
+  RETURN_IF_ERROR(CheckReservations(reservations, "cancel_midstep"));
+  for (const Reservation& r : reservations) ReleaseUnchecked(r.slot);
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------- checkpoint
+
+absl::StatusOr<CheckpointResult> SlotPool::Checkpoint(const Sequence& seq,
+                                                      int64_t boundary_blocks,
+                                                      int64_t hash) {
+  RETURN_IF_ERROR(CheckHash(hash, "checkpoint: hash"));
+  if (boundary_blocks < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint: boundary_blocks must be >= 0, got ", boundary_blocks));
+  }
+  CheckpointResult result{seq.state_slot, -1};
+  if (!Applies(seq) || !transfer_.forks()) return result;
+  const int64_t old = seq.state_slot;
+  if (old < 0) return result;
+  RETURN_IF_ERROR(CheckSlot(old, "checkpoint: seq.state_slot"));
+  if (free_[old]) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint: seq.state_slot ", old,
+        " is free; only a live committed slot can be checkpointed"));
+  }
+  if (num_free_ < 1) {
+    ++fates_.dropped;
+    return result;
+  }
+  const std::optional<int64_t> known = AnchorOf(&seq);
+  int64_t boundary_pos = 0;
+  const bool overflows =
+      __builtin_mul_overflow(boundary_blocks, hash_block_size_, &boundary_pos);
+  const bool guess = !known || overflows || boundary_pos != *known;
+  result.state_slot = PopUnchecked();
+  result.state_fork_src = old;
+  // Not released: the request's next forward reads `old`, two passes off.
+  Index(hash, old);
+  if (guess) MarkSpeculativeUnchecked(old);
+  PinUnchecked(old, /*reader_is_next_batch=*/true);
+  ++fates_.kept;
+  return result;
+}
+
+Occupancy SlotPool::GetOccupancy() const {
+  const int64_t held = checkpointed_.size();
+  return Occupancy{num_slots_, num_slots_ - num_free_, held, num_free_ - held};
+}
+
+absl::Status SlotPool::RecordRelocation(int64_t src, int64_t dst) {
+  for (int64_t s : {src, dst}) {
+    if (s < 0 || s >= capacity()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("record_relocation: slot ", s, " out of range [0, ",
+                       capacity(), ")"));
+    }
+  }
+  relocations_.emplace_back(src, dst);
+  return absl::OkStatus();
+}
+
+std::vector<std::pair<int64_t, int64_t>> SlotPool::TakeRelocations() {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  out.swap(relocations_);
+  return out;
+}
+
+void SlotPool::Index(int64_t hash, int64_t slot) {
+  if (!enabled_) return;
+  InvalidateUnchecked(slot);
+  auto [it, inserted] = hash_to_slot_.try_emplace(hash, slot);
+  const int64_t prev = inserted ? -1 : it->second;
+  it->second = slot;
+  SetHash(slot, hash);
+  // Re-filing a hash onto a different slot orphans the old one; drop its
+  // back-pointer directly (Invalidate would take the new entry with it).
+  if (prev != -1 && prev != slot) SetHash(prev, -1);
+}
+
+absl::Status SlotPool::Unindex(int64_t hash) {
+  RETURN_IF_ERROR(CheckHash(hash, "unindex: hash"));
+  auto it = hash_to_slot_.find(hash);
+  if (it == hash_to_slot_.end()) return absl::OkStatus();
+  InvalidateUnchecked(it->second);
+  ++fates_.orphaned;
+  return absl::OkStatus();
+}
+
+void SlotPool::ClearIndex() {
+  std::vector<int64_t> slots;
+  slots.reserve(hash_to_slot_.size());
+  for (const auto& [hash, slot] : hash_to_slot_) slots.push_back(slot);
+  for (int64_t slot : slots) InvalidateUnchecked(slot);
+}
+
+absl::Status SlotPool::Invalidate(int64_t slot) {
+  RETURN_IF_ERROR(CheckSlot(slot, "invalidate"));
+  InvalidateUnchecked(slot);
+  return absl::OkStatus();
+}
+
+void SlotPool::InvalidateUnchecked(int64_t slot) {
+  if (!enabled_) return;
+  const int64_t hash = slot_hash_[slot];
+  if (hash == -1) return;
+  SetHash(slot, -1);
+  auto it = hash_to_slot_.find(hash);
+  if (it != hash_to_slot_.end() && it->second == slot) hash_to_slot_.erase(it);
+}
+
+// ---------------------------------------------------------------- pins
+
+absl::Status SlotPool::Pin(int64_t slot, bool reader_is_next_batch) {
+  RETURN_IF_ERROR(CheckSlot(slot, "pin"));
+  if (free_[slot]) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "pin: slot ", slot,
+        " is free; claim it (or hold it live) before pinning it as a fork "
+        "source"));
+  }
+  PinUnchecked(slot, reader_is_next_batch);
+  return absl::OkStatus();
+}
+
+void SlotPool::PinUnchecked(int64_t slot, bool reader_is_next_batch) {
+  ++pinned_[slot];
+  if (reader_is_next_batch) deferred_[slot] = 1;
+}
+
+absl::StatusOr<bool> SlotPool::IsPinned(int64_t slot) const {
+  RETURN_IF_ERROR(CheckSlot(slot, "is_pinned"));
+  return pinned_.contains(slot);
+}
+
+absl::StatusOr<int64_t> SlotPool::PinCount(int64_t slot) const {
+  RETURN_IF_ERROR(CheckSlot(slot, "pin_count"));
+  auto it = pinned_.find(slot);
+  return it == pinned_.end() ? 0 : it->second;
+}
+
+absl::Status SlotPool::Unpin(int64_t slot) {
+  RETURN_IF_ERROR(CheckSlot(slot, "unpin"));
+  if (!pinned_.contains(slot)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("unpin: slot ", slot, " is not pinned"));
+  }
+  UnpinUnchecked(slot);
+  return absl::OkStatus();
+}
+
+void SlotPool::UnpinUnchecked(int64_t slot) {
+  auto it = pinned_.find(slot);
+  if (it == pinned_.end()) return;
+  if (it->second <= 1) {
+    pinned_.erase(it);
+    deferred_[slot] = 0;
+  } else {
+    --it->second;
+  }
+}
+
+absl::Status SlotPool::DropReader(int64_t slot) {
+  if (slot == -1) return absl::OkStatus();
+  RETURN_IF_ERROR(CheckSlot(slot, "drop_reader"));
+  if (!pinned_.contains(slot)) return absl::OkStatus();
+  UnpinUnchecked(slot);
+  if (!pinned_.contains(slot)) ReleaseUnchecked(slot);
+  return absl::OkStatus();
+}
+
+void SlotPool::ReleasePins() {
+  if (pinned_.empty()) return;
+  // Slot order, as the reference's sorted(); deferred pins survive one pass
+  // and lose their deferral.
+  for (auto it = pinned_.begin(); it != pinned_.end();) {
+    const int64_t slot = it->first;
+    if (deferred_[slot]) {
+      deferred_[slot] = 0;
+      ++it;
+      continue;
+    }
+    it = pinned_.erase(it);
+    ReleaseUnchecked(slot);
+  }
+}
+
+// ---------------------------------------------------------------- debugging
+
+PoolSnapshot SlotPool::Dump() const {
+  PoolSnapshot snap;
+  snap.num_slots = num_slots_;
+  for (int64_t s = 0; s < capacity(); ++s) {
+    if (free_[s]) snap.free.push_back(s);
+    if (speculative_[s]) snap.speculative.push_back(s);
+    if (deferred_[s]) snap.deferred.push_back(s);
+  }
+  snap.checkpointed = checkpointed_.ToVector();
+  snap.hash_to_slot.assign(hash_to_slot_.begin(), hash_to_slot_.end());
+  std::sort(snap.hash_to_slot.begin(), snap.hash_to_slot.end());
+  snap.slot_hash = slot_hash_;
+  snap.pinned.assign(pinned_.begin(), pinned_.end());
+  snap.relocations = relocations_;
+  snap.fates = fates_;
+  return snap;
+}
+
+absl::Status SlotPool::CheckInvariants() const {
+  auto fail = [](auto&&... parts) {
+    return absl::InternalError(absl::StrCat("invariant: ", parts...));
+  };
+  int64_t free_count = 0;
+  int64_t vacant_count = 0;
+  int64_t held_count = 0;
+  for (int64_t s = 0; s < capacity(); ++s) {
+    const bool in_range = s < num_slots_;
+    const bool is_free = free_[s] != 0;
+    const bool hashed = slot_hash_[s] != -1;
+    if (is_free && !in_range) return fail("slot ", s, " free above num_slots");
+    if (is_free) ++free_count;
+    // Exactly one of live / free-vacant / free-checkpointed, and the
+    // containers agree with it.
+    const bool in_vacant = vacant_.Contains(s);
+    const bool in_lru = checkpointed_.Contains(s);
+    if (in_vacant != (is_free && !hashed)) {
+      return fail("slot ", s, " vacant-set membership ", in_vacant,
+                  " but free=", is_free, " hash=", slot_hash_[s]);
+    }
+    if (in_lru != (is_free && hashed)) {
+      return fail("slot ", s, " LRU membership ", in_lru, " but free=",
+                  is_free, " hash=", slot_hash_[s]);
+    }
+    vacant_count += in_vacant;
+    held_count += in_lru;
+    if (hashed) {
+      auto it = hash_to_slot_.find(slot_hash_[s]);
+      if (it == hash_to_slot_.end() || it->second != s) {
+        return fail("slot_hash[", s, "]=", slot_hash_[s],
+                    " not mirrored in hash_to_slot");
+      }
+    }
+    const bool pinned = pinned_.contains(s);
+    if (pinned && is_free) return fail("pinned slot ", s, " is free");
+    if (deferred_[s] && !pinned) return fail("deferred slot ", s, " unpinned");
+    if (reserved_[s] != reservations_.contains(s)) {
+      return fail("reservation flag of slot ", s, " disagrees with the map");
+    }
+    if (reserved_[s] && (is_free || !in_range)) {
+      return fail("reserved slot ", s, " is free or retired");
+    }
+  }
+  for (const auto& [hash, slot] : hash_to_slot_) {
+    if (hash < 0 || slot < 0 || slot >= capacity()) {
+      return fail("hash_to_slot entry ", hash, "->", slot, " out of range");
+    }
+    // The only entries allowed not to mirror are those extend() detached
+    // from a re-used index (see the header); the index still exists.
+  }
+  for (const auto& [slot, count] : pinned_) {
+    if (count <= 0) return fail("pin count of slot ", slot, " is ", count);
+    if (slot < 0 || slot >= num_slots_) return fail("pinned slot ", slot, " retired");
+  }
+  if (free_count != num_free_) {
+    return fail("num_free ", num_free_, " but ", free_count, " free slots");
+  }
+  if (vacant_count != vacant_.size() || held_count != checkpointed_.size()) {
+    return fail("container sizes disagree with membership");
+  }
+  if (vacant_count + held_count != num_free_) {
+    return fail("vacant + held != free");
+  }
+  const std::vector<int64_t> lru = checkpointed_.ToVector();
+  if (static_cast<int64_t>(lru.size()) != checkpointed_.size()) {
+    return fail("LRU list length ", lru.size(), " != size ",
+                checkpointed_.size());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace statecache

@@ -1,0 +1,335 @@
+// SlotPool: which slots of the state tensor are live, which hold a prefix
+// checkpoint, and which are vacant; plus the index from chained block hash to
+// checkpoint slot.
+//
+// A port of the reference StateSlotPool (shared/reference/state_slot_pool.py,
+// with the two shrink-path corrections of corrections.py) that makes the same
+// observable decisions: fed the same calls it hands out the same slots, evicts
+// the same checkpoints, files the same hashes and counts the same fates. The
+// reference's docstrings are the specification of each rule; the comments
+// here say what a caller needs and what differs.
+//
+// What differs from the reference:
+//   * Cost. Every per-slot call is O(1) or O(log n) in the pool size: the
+//     checkpoint LRU is an intrusive doubly linked list indexed by slot, and
+//     the vacant half is a hierarchical bitmap that finds the lowest vacant
+//     slot in O(log64 n). Only bulk calls (clear_index, Dump) are linear.
+//   * Bad input. Every public mutator checks its preconditions (the REQUIRES
+//     lines below) before it changes anything. A refused call returns a
+//     non-OK absl::Status naming the problem and leaves the pool exactly as it
+//     was (Dump() unchanged). Codes: INVALID_ARGUMENT for a malformed argument
+//     (negative count, slot out of range, duplicate slot), FAILED_PRECONDITION
+//     for a call the pool's current state does not allow (releasing a free
+//     slot, unpinning an unpinned one), RESOURCE_EXHAUSTED for popping more
+//     than is free.
+//   * "slot in range" means 0 <= slot < num_slots() unless a method says
+//     otherwise. Hashes must be in [0, 2^63).
+//
+// Reference quirks kept on purpose, because parity is judged on them:
+//   * claim() leaves a checkpoint's hash on the live slot; releasing the slot
+//     files it as a checkpoint again.
+//   * extend() resets slot_hash of a re-used index without touching
+//     hash_to_slot, so an entry can outlive its slot's back-pointer (only
+//     after retiring a live slot that carried a hash). CheckInvariants allows
+//     exactly that.
+//   * A speculative mark may sit on a live slot, or on an index above
+//     num_slots() (a live slot relocated away keeps its mark on the old index).
+//
+// Thread safety: thread-compatible. Const methods may run concurrently; any
+// mutation needs external synchronisation (the daemon holds one mutex).
+#ifndef STATECACHE_DAEMON_CORE_SLOT_POOL_H_
+#define STATECACHE_DAEMON_CORE_SLOT_POOL_H_
+
+#include <cstdint>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/container/btree_map.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "daemon/core/checkpoint_lru.h"
+#include "daemon/core/sequence.h"
+#include "daemon/core/slot_retirement.h"
+#include "daemon/core/state_transfer.h"
+#include "daemon/core/vacant_set.h"
+
+namespace statecache {
+
+// Largest pool the core accepts: slot indices are stored in 32 bits.
+inline constexpr int64_t kMaxSlots = int64_t{1} << 30;
+
+// One midstep reservation: the slot a forward will write `position`'s state
+// into, to be filed under `hash` when published.
+struct Reservation {
+  int64_t slot = -1;
+  int64_t position = 0;
+  int64_t hash = 0;
+  friend bool operator==(const Reservation&, const Reservation&) = default;
+};
+
+// What `checkpoint` did to the sequence: its committed slot afterwards and the
+// slot its next forward reads (-1 when the call did not fork).
+struct CheckpointResult {
+  int64_t state_slot = -1;
+  int64_t state_fork_src = -1;
+  friend bool operator==(const CheckpointResult&,
+                         const CheckpointResult&) = default;
+};
+
+// The reference's checkpoint_fates(): cumulative events. The capacity reading
+// is `evicted` against `kept - num_slots`; see the reference's docstring.
+struct CheckpointFates {
+  int64_t kept = 0;
+  int64_t dropped = 0;
+  int64_t evicted = 0;
+  int64_t orphaned = 0;
+  friend bool operator==(const CheckpointFates&,
+                         const CheckpointFates&) = default;
+};
+
+// The reference's occupancy(): an instantaneous reading.
+struct Occupancy {
+  int64_t total = 0;   // num_slots
+  int64_t used = 0;    // not on the free list (live, pinned, reserved)
+  int64_t held = 0;    // free and carrying a checkpoint
+  int64_t vacant = 0;  // free and carrying nothing
+  friend bool operator==(const Occupancy&, const Occupancy&) = default;
+};
+
+// The whole observable state, in the trace format's `dump` order.
+struct PoolSnapshot {
+  int64_t num_slots = 0;
+  std::vector<int64_t> free;          // sorted
+  std::vector<int64_t> checkpointed;  // LRU order, head (spent first) first
+  std::vector<int64_t> speculative;   // sorted
+  std::vector<std::pair<int64_t, int64_t>> hash_to_slot;  // sorted by hash
+  std::vector<int64_t> slot_hash;     // one per index ever held, -1 = none
+  std::vector<std::pair<int64_t, int64_t>> pinned;  // (slot, count), sorted
+  std::vector<int64_t> deferred;      // sorted
+  std::vector<std::pair<int64_t, int64_t>> relocations;  // recorded order
+  CheckpointFates fates;
+  friend bool operator==(const PoolSnapshot&, const PoolSnapshot&) = default;
+};
+
+class SlotPool {
+ public:
+  // The reference's constructor. The pool is enabled iff `enabled` and
+  // num_slots > 0 at construction (extend never enables it, as in the
+  // reference).
+  // REQUIRES: 0 <= num_slots <= kMaxSlots.
+  // REQUIRES: hash_block_size >= 1.
+  // REQUIRES: !transfer.copies() (page-copy checkpoints do not belong here).
+  // Errors: INVALID_ARGUMENT.
+  static absl::StatusOr<SlotPool> Create(int64_t num_slots,
+                                         StateTransfer transfer,
+                                         int64_t hash_block_size = 1,
+                                         bool enabled = true);
+
+  SlotPool(SlotPool&&) = default;
+  SlotPool& operator=(SlotPool&&) = default;
+
+  int64_t num_slots() const { return num_slots_; }
+  bool enabled() const { return enabled_; }
+  const StateTransfer& transfer() const { return transfer_; }
+  int64_t hash_block_size() const { return hash_block_size_; }
+  // Indices the pool has ever had (slot_hash's length in the reference).
+  int64_t capacity() const { return static_cast<int64_t>(slot_hash_.size()); }
+
+  // ------------------------------ free list ------------------------------ //
+
+  // Whether `count` slots can be handed out (checkpoints count: pop spends
+  // them). The admission gate.
+  // REQUIRES: count >= 0.
+  absl::StatusOr<bool> HasFree(int64_t count = 1) const;
+  int64_t NumFree() const { return num_free_; }
+  // REQUIRES (these four queries): slot in range.
+  absl::StatusOr<bool> IsFree(int64_t slot) const;
+  // Free and still carrying a checkpoint.
+  absl::StatusOr<bool> HoldsCheckpoint(int64_t slot) const;
+
+  // Hands out one slot: lowest vacant first, else the LRU head checkpoint
+  // (evicting it). Clears the slot's speculative mark and checkpoint.
+  // REQUIRES: NumFree() >= 1.  Errors: RESOURCE_EXHAUSTED.
+  absl::StatusOr<int64_t> Pop();
+  // `count` pops, in allocation order (element 0 is the committed slot).
+  // REQUIRES: 0 <= count <= NumFree().
+  absl::StatusOr<std::vector<int64_t>> PopMany(int64_t count);
+  // Takes one specific free slot off the list, checkpoint hash and all.
+  // REQUIRES: slot in range and free.
+  absl::Status Claim(int64_t slot);
+
+  // File `slot` at the LRU head when it is released. No-op when disabled.
+  // REQUIRES: slot in range.
+  absl::Status MarkSpeculative(int64_t slot);
+  // A guess paid off: clear the mark and, if the slot is a free checkpoint,
+  // move it to the LRU tail. No-op when disabled or unmarked.
+  // REQUIRES: slot in range.
+  absl::Status Promote(int64_t slot);
+  // Hands a slot back: to the LRU (tail, or head if speculative) when it
+  // carries a hash, else to the vacant half (clearing its mark).
+  // REQUIRES: slot in range, not free, not pinned (pins go back through
+  //   ReleasePins, DropReader or Unpin).
+  absl::Status Release(int64_t slot);
+  // Release of a whole set; -1 entries are skipped.
+  // REQUIRES: every entry is -1 or a slot Release accepts; no slot twice.
+  absl::Status ReleaseMany(const std::vector<int64_t>& slots);
+
+  // ------------------------------ resizing ------------------------------- //
+
+  // Adds `count` vacant indices at the top, reusing retired indices'
+  // slot_hash entries.
+  // REQUIRES: 0 <= count <= kMaxSlots - num_slots().
+  absl::Status Extend(int64_t count);
+  // Gives up the highest index (see SlotRetirement). nullopt when the top
+  // cannot go this pass: pinned, or live with nowhere to move it.
+  // REQUIRES: num_slots() > 0.  Errors: FAILED_PRECONDITION.
+  absl::StatusOr<std::optional<SlotRetirement>> RetireTop();
+
+  // ------------------------------ lookup --------------------------------- //
+
+  // Whether the pool gates or checkpoints anything for `seq`.
+  bool Applies(const Sequence& seq) const {
+    return enabled_ && seq.has_per_req_cache;
+  }
+  // Largest L <= hit with a resumable checkpoint at L blocks (0 always is).
+  // REQUIRES: 0 <= hit <= block_hashes.size(); hashes in [0, 2^63).
+  absl::StatusOr<int64_t> ResumableHit(const Sequence& seq, int64_t hit,
+                                       const std::vector<int64_t>& block_hashes,
+                                       bool assume_checkpointed = false) const;
+  // Slot holding the checkpoint for `hash`, or -1.
+  // REQUIRES: hash in [0, 2^63).
+  absl::StatusOr<int64_t> Lookup(int64_t hash) const;
+
+  // ------------------------- midstep checkpointing ----------------------- //
+
+  // Pops a destination per (position, hash), stopping (and counting one
+  // drop) at the first the free list cannot fill. Empty when the pool does
+  // not apply to `seq` or the transfer is not readable_midstep.
+  // REQUIRES: every hash in [0, 2^63).
+  absl::StatusOr<std::vector<Reservation>> ReserveMidstep(
+      const Sequence& seq,
+      const std::vector<std::pair<int64_t, int64_t>>& positions);
+  // Files each reservation under its hash and frees it as a checkpoint.
+  // With `seq`, positions other than its anchor are marked speculative
+  // (all of them when it has no anchor); with nullopt none are.
+  // REQUIRES: each entry is exactly a reservation ReserveMidstep returned
+  //   and that was neither published nor cancelled since (same slot,
+  //   position and hash), named once; its slot is not pinned.
+  absl::Status PublishMidstep(const std::vector<Reservation>& reservations,
+                              const std::optional<Sequence>& seq);
+  // Hands reservations back vacant (their forward never ran).
+  // REQUIRES: as PublishMidstep.
+  absl::Status CancelMidstep(const std::vector<Reservation>& reservations);
+
+  // ---------------------------- checkpointing ---------------------------- //
+
+  // Fork checkpoint of `seq`'s committed slot under `hash`: the owner moves
+  // to a fresh slot, the old one is indexed and pinned for the next batch.
+  // Returns the sequence's (state_slot, state_fork_src) afterwards; a call
+  // that does not fork (pool not applying, transfer not fork, no committed
+  // slot, nothing free: a drop) returns state_slot unchanged and -1.
+  // REQUIRES: hash in [0, 2^63); boundary_blocks >= 0.
+  // REQUIRES: when the call would fork, seq.state_slot is in range and not
+  //   free.
+  absl::StatusOr<CheckpointResult> Checkpoint(const Sequence& seq,
+                                              int64_t boundary_blocks,
+                                              int64_t hash);
+
+  CheckpointFates Fates() const { return fates_; }
+  Occupancy GetOccupancy() const;
+
+  // Relocation log for the caller's copy engine.
+  // REQUIRES: src and dst index a slot the pool has had (< capacity()).
+  absl::Status RecordRelocation(int64_t src, int64_t dst);
+  std::vector<std::pair<int64_t, int64_t>> TakeRelocations();
+
+  // Drops the checkpoint filed under `hash` (its KV block was evicted),
+  // counting an orphan when one was filed. No-op for an unknown hash.
+  // REQUIRES: hash in [0, 2^63).
+  absl::Status Unindex(int64_t hash);
+  // Drops every checkpoint hash. Linear in the index size.
+  void ClearIndex();
+  // Drops `slot`'s checkpoint, if any. No-op when disabled.
+  // REQUIRES: slot in range.
+  absl::Status Invalidate(int64_t slot);
+
+  // -------------------------------- pins --------------------------------- //
+
+  // Holds `slot` off the free list until the forward that reads it ran.
+  // REQUIRES: slot in range and not free.
+  absl::Status Pin(int64_t slot, bool reader_is_next_batch = false);
+  // REQUIRES (IsPinned, PinCount): slot in range.
+  absl::StatusOr<bool> IsPinned(int64_t slot) const;
+  absl::StatusOr<int64_t> PinCount(int64_t slot) const;
+  // Drops one reference without freeing (the caller takes the slot over).
+  // REQUIRES: slot in range and pinned.
+  absl::Status Unpin(int64_t slot);
+  // A reader is gone before it read: drop its pin and free the slot if it
+  // was the last. No-op for -1 or an unpinned slot (the pin clock already
+  // returned it: the reference's documented backstop).
+  // REQUIRES: slot == -1 or slot in range.
+  absl::Status DropReader(int64_t slot);
+  // The pin clock: frees every pinned slot not deferred, in slot order;
+  // deferred ones stay pinned one more pass.
+  void ReleasePins();
+
+  // ------------------------------ debugging ------------------------------ //
+
+  PoolSnapshot Dump() const;
+  // Verifies every structural invariant (O(capacity)); INTERNAL names the
+  // first broken one. Meant for tests, fuzzers and debug builds.
+  absl::Status CheckInvariants() const;
+
+ private:
+  SlotPool(int64_t num_slots, StateTransfer transfer, int64_t hash_block_size,
+           bool enabled);
+
+  absl::Status CheckSlot(int64_t slot, const char* what) const;
+  absl::Status CheckReservations(const std::vector<Reservation>& reservations,
+                                 const char* what) const;
+
+  // Unchecked primitives: the reference's methods of the same names.
+  int64_t PopUnchecked();
+  int64_t PopVacant();
+  void ClaimUnchecked(int64_t slot);
+  void ReleaseUnchecked(int64_t slot);
+  void MarkSpeculativeUnchecked(int64_t slot);
+  void PinUnchecked(int64_t slot, bool reader_is_next_batch);
+  void UnpinUnchecked(int64_t slot);
+  void InvalidateUnchecked(int64_t slot);
+  void SetHash(int64_t slot, int64_t hash);
+  void Index(int64_t hash, int64_t slot);
+  void SpendCheckpoint(int64_t slot);
+  int64_t TakeRelocationTarget(int64_t exclude);
+  void RehomeCheckpoint(int64_t src, int64_t dst);
+  void GrowTo(int64_t capacity);
+  static std::optional<int64_t> AnchorOf(const Sequence* seq);
+
+  bool enabled_;
+  int64_t num_slots_;
+  StateTransfer transfer_;
+  int64_t hash_block_size_;
+
+  // Per index (sized capacity()).
+  std::vector<int64_t> slot_hash_;      // -1 = carries no checkpoint
+  std::vector<uint8_t> free_;           // on the free list
+  std::vector<uint8_t> speculative_;    // mark_speculative
+  std::vector<uint8_t> deferred_;       // pin's reader is the next batch
+  std::vector<uint8_t> reserved_;       // holds an unpublished reservation
+
+  int64_t num_free_ = 0;
+  VacantSet vacant_;                    // free slots with slot_hash == -1
+  CheckpointLru checkpointed_;          // free slots with a hash, LRU order
+  absl::btree_map<int64_t, int32_t> pinned_;  // slot -> pin count (> 0)
+  absl::flat_hash_map<int64_t, int64_t> hash_to_slot_;
+  // slot -> (position, hash) of its outstanding reservation.
+  absl::flat_hash_map<int64_t, std::pair<int64_t, int64_t>> reservations_;
+  std::vector<std::pair<int64_t, int64_t>> relocations_;
+  CheckpointFates fates_;
+};
+
+}  // namespace statecache
+
+#endif  // STATECACHE_DAEMON_CORE_SLOT_POOL_H_

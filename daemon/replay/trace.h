@@ -1,0 +1,106 @@
+// Pool traces: parsing one JSON line of a trace (shared/reference/
+// TRACE_FORMAT.md) into a typed call, running it on a SlotPool, and printing
+// the result exactly as the reference's run_trace.py does (sorted keys, no
+// spaces).
+//
+// Parsing is strict in the same places the reference runner is: every
+// argument the format lists must be present with its JSON type (an int is not
+// a bool), unknown keys are refused, and a seq carries exactly its five
+// fields. Parsing is kept apart from running so that a benchmark can convert
+// every argument before its clock starts.
+//
+// Thread-compatible.
+#ifndef STATECACHE_DAEMON_REPLAY_TRACE_H_
+#define STATECACHE_DAEMON_REPLAY_TRACE_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "daemon/core/slot_pool.h"
+
+namespace statecache::replay {
+
+enum class Op {
+  kHasFree, kNumFree, kIsFree, kHoldsCheckpoint, kPop, kPopMany, kClaim,
+  kMarkSpeculative, kPromote, kRelease, kReleaseMany, kExtend, kRetireTop,
+  kApplies, kLookup, kResumableHit, kReserveMidstep, kPublishMidstep,
+  kCancelMidstep, kCheckpoint, kCheckpointFates, kOccupancy,
+  kRecordRelocation, kTakeRelocations, kUnindex, kClearIndex, kInvalidate,
+  kPin, kIsPinned, kPinCount, kUnpin, kDropReader, kReleasePins, kDump,
+};
+
+// One call with its arguments already converted. Which fields an op reads is
+// fixed by the op (see trace.cc's table).
+struct Call {
+  Op op = Op::kNumFree;
+  int64_t a = 0;   // count / slot / hash / hit / boundary_blocks / src
+  int64_t b = 0;   // dst / hash (checkpoint)
+  bool flag = false;  // assume_checkpointed / reader_is_next_batch
+  std::optional<Sequence> seq;  // nullopt: absent, or JSON null (publish)
+  std::vector<int64_t> ints;    // slots / block_hashes
+  std::vector<std::pair<int64_t, int64_t>> pairs;  // positions
+  std::vector<Reservation> reservations;
+};
+
+// The pool configuration of a trace's first line.
+struct PoolConfig {
+  int64_t num_slots = 0;
+  int64_t hash_block_size = 1;
+  bool enabled = true;
+  TransferKind kind = TransferKind::kNone;
+  int64_t fork_tokens = 0;
+  bool readable_midstep = false;
+};
+
+// A line is either the config, a call, or unusable (parse error).
+struct ParsedLine {
+  enum class Kind { kConfig, kCall, kError } kind = Kind::kError;
+  PoolConfig config;
+  Call call;
+  std::string error;  // for kError
+};
+
+ParsedLine ParseLine(std::string_view line);
+
+// Builds the pool a config line describes (the reference's refusals apply).
+absl::StatusOr<SlotPool> MakePool(const PoolConfig& config);
+
+// What one call returned, before it is printed.
+using Value = std::variant<std::monostate,  // null
+                           bool, int64_t, std::vector<int64_t>,
+                           std::optional<SlotRetirement>, CheckpointResult,
+                           CheckpointFates, Occupancy,
+                           std::vector<std::pair<int64_t, int64_t>>,
+                           std::vector<Reservation>, PoolSnapshot>;
+struct CallResult {
+  absl::Status status;
+  Value value;
+};
+
+// Runs one call. A refused call leaves the pool unchanged.
+CallResult Invoke(SlotPool& pool, const Call& call);
+
+// {"ret":...} or {"error":"..."}, normalised.
+std::string FormatResult(const CallResult& result);
+std::string FormatError(std::string_view message);
+
+// Replays a whole trace, one result line per input line. With `timing`, the
+// nanoseconds spent inside pool calls (dump excluded) and their number are
+// stored there.
+struct Timing {
+  int64_t calls = 0;
+  int64_t nanos = 0;
+};
+std::vector<std::string> ReplayTrace(const std::vector<std::string>& lines,
+                                     Timing* timing);
+
+}  // namespace statecache::replay
+
+#endif  // STATECACHE_DAEMON_REPLAY_TRACE_H_
