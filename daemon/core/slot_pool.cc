@@ -647,6 +647,29 @@ void SlotPool::ReleasePins() {
   }
 }
 
+absl::Status SlotPool::ReleasePin(int64_t slot, int64_t count) {
+  RETURN_IF_ERROR(CheckSlot(slot, "release_pin"));
+  auto it = pinned_.find(slot);
+  const int64_t pins = it == pinned_.end() ? 0 : it->second;
+  if (count < 0 || count > pins) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "release_pin: cannot drop ", count, " pins of slot ", slot,
+        ", which has ", pins));
+  }
+  if (count == 0) {
+    if (pins > 0) deferred_[slot] = 0;
+    return absl::OkStatus();
+  }
+  if (count < pins) {
+    it->second -= static_cast<int32_t>(count);
+    return absl::OkStatus();
+  }
+  pinned_.erase(it);
+  deferred_[slot] = 0;
+  ReleaseUnchecked(slot);
+  return absl::OkStatus();
+}
+
 // ---------------------------------------------------------------- debugging
 
 PoolSnapshot SlotPool::Dump() const {

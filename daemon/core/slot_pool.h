@@ -275,6 +275,17 @@ class SlotPool {
   // deferred ones stay pinned one more pass.
   void ReleasePins();
 
+  // One caller's share of the pin clock, for a daemon that keeps a clock per
+  // session: drops `count` of `slot`'s pins and frees it when none remain
+  // (as ReleasePins would); with count 0, only ends the slot's deferral.
+  // REQUIRES: slot in range; 0 <= count <= PinCount(slot).
+  absl::Status ReleasePin(int64_t slot, int64_t count);
+
+  // Checkpoints currently indexed (hash_to_slot's size).
+  int64_t NumIndexed() const {
+    return static_cast<int64_t>(hash_to_slot_.size());
+  }
+
   // ------------------------------ debugging ------------------------------ //
 
   PoolSnapshot Dump() const;

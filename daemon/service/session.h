@@ -1,0 +1,87 @@
+// Session and Request: the per-scheduler state the daemon keeps in place of
+// the scheduler's own `seq` objects.
+//
+// Plain data, owned by StateCache and guarded by its mutex.
+#ifndef STATECACHE_DAEMON_SERVICE_SESSION_H_
+#define STATECACHE_DAEMON_SERVICE_SESSION_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/btree_map.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/time/time.h"
+#include "daemon/core/slot_pool.h"
+
+namespace statecache {
+
+// One admitted request: what the reference reads through `seq`.
+struct Request {
+  std::string id;
+  // Admission order within the daemon (releases on session end follow it).
+  uint64_t seqno = 0;
+  // Element 0 is the committed state, 1.. speculative rollback.
+  std::vector<int64_t> slots;
+  // The checkpoint slot this request's next forward reads, or -1.
+  int64_t fork_src = -1;
+  // Outstanding midstep reservations (reserve, not yet published/cancelled).
+  std::vector<Reservation> reservations;
+  int64_t num_tokens = 0;
+  int64_t anchor_pos = 0;
+};
+
+// A fork-source pin taken by one session (counted per session so that one
+// scheduler's clock never frees a source another still reads).
+struct SessionPin {
+  int32_t count = 0;
+  // Read by the batch the session's next pass builds: survives one tick.
+  bool deferred = false;
+};
+
+// A live request's slot moved by a shrink, reported at the next begin_pass.
+struct PendingMove {
+  std::string request_id;
+  int32_t index = 0;
+  int64_t from_slot = -1;
+  int64_t to_slot = -1;
+};
+
+struct Session {
+  std::string id;
+  std::string client_name;
+  absl::Time attached_at;
+  absl::Time last_seen;
+  absl::flat_hash_map<std::string, std::unique_ptr<Request>> requests;
+  // Slot -> this session's pins on it; ordered, so the clock releases in
+  // slot order as the reference's release_pins does.
+  absl::btree_map<int64_t, SessionPin> pins;
+  // Slot -> requests of this session whose fork source it is.
+  absl::flat_hash_map<int64_t, absl::flat_hash_set<std::string>> readers;
+  std::vector<PendingMove> moves;
+  int64_t slots_held = 0;
+};
+
+// Who holds a live slot. `request` is null for a free or pinned-only slot.
+struct SlotOwner {
+  Session* session = nullptr;
+  Request* request = nullptr;
+  int32_t index = -1;  // in request->slots; -1 for a reservation
+};
+
+enum class SessionEnd { kDetached, kExpired, kEvicted };
+enum class ResumeOutcome { kFork, kAdopt, kMiss };
+
+struct StateCacheCounters {
+  int64_t resumes_fork = 0;
+  int64_t resumes_adopt = 0;
+  int64_t resumes_miss = 0;
+  int64_t lease_expiries = 0;
+  int64_t sessions_evicted = 0;
+};
+
+}  // namespace statecache
+
+#endif  // STATECACHE_DAEMON_SERVICE_SESSION_H_

@@ -1,0 +1,985 @@
+#include "daemon/service/state_cache.h"
+
+#include <algorithm>
+#include <random>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "daemon/core/status_macros.h"
+
+namespace statecache {
+namespace {
+
+constexpr size_t kMaxIdBytes = 256;
+constexpr size_t kEndedSessionsRemembered = 1024;
+
+class RealClock : public Clock {
+ public:
+  absl::Time Now() const override { return absl::Now(); }
+};
+
+std::string RandomToken() {
+  std::random_device rd;  // /dev/urandom on Linux
+  uint64_t a = (uint64_t{rd()} << 32) | rd();
+  uint64_t b = (uint64_t{rd()} << 32) | rd();
+  return absl::StrFormat("%016x%016x", a, b);
+}
+
+uint64_t PickEpoch(Clock* clock) {
+  std::random_device rd;
+  // Nanoseconds since the Unix epoch in the high bits keep epochs ordered
+  // across restarts; random low bits keep two daemons started in the same
+  // nanosecond apart.
+  const uint64_t nanos = static_cast<uint64_t>(absl::ToUnixNanos(clock->Now()));
+  return (nanos & ~uint64_t{0xffff}) | (rd() & 0xffff);
+}
+
+const char* EndName(SessionEnd how) {
+  switch (how) {
+    case SessionEnd::kDetached:
+      return "detached";
+    case SessionEnd::kExpired:
+      return "expired (its lease lapsed)";
+    case SessionEnd::kEvicted:
+      return "evicted by an operator";
+  }
+  return "ended";
+}
+
+absl::Status CheckRequestId(const std::string& id) {
+  if (id.empty()) return absl::InvalidArgumentError("request_id is empty");
+  if (id.size() > kMaxIdBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "request_id is ", id.size(), " bytes; at most ", kMaxIdBytes));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckHashes(const google::protobuf::RepeatedField<int64_t>& hashes,
+                         const char* what) {
+  for (int64_t h : hashes) {
+    if (h < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, " contains ", h, "; hashes are in [0, 2^63)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void FillTransfer(const StateTransfer& t, v1::TransferConfig* out) {
+  out->set_kind(std::string(TransferKindName(t.kind())));
+  out->set_fork_tokens(t.fork_tokens());
+  out->set_readable_midstep(t.readable_midstep());
+}
+
+}  // namespace
+
+Clock* Clock::Real() {
+  static RealClock* clock = new RealClock;
+  return clock;
+}
+
+struct StateCache::PendingResize {
+  int64_t target = 0;
+  absl::Time deadline;
+  ResizeDone done;
+  v1::ResizeResponse response;
+  int64_t evicted_before = 0;
+};
+
+// ------------------------------------------------------------------ creation
+
+absl::StatusOr<std::unique_ptr<StateCache>> StateCache::Create(
+    StateCacheOptions options) {
+  if (options.num_slots < 1 || options.num_slots > options.max_slots ||
+      options.max_slots > kMaxSlots) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "num_slots must be in [1, max_slots=", options.max_slots,
+        "] (and max_slots <= ", kMaxSlots, "), got ", options.num_slots));
+  }
+  if (options.lease_ttl <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("lease_ttl must be positive");
+  }
+  if (options.max_operations_per_step < 1) {
+    return absl::InvalidArgumentError("max_operations_per_step must be >= 1");
+  }
+  if (options.identity.num_spec() < 0) {
+    return absl::InvalidArgumentError("num_spec must be >= 0");
+  }
+  ASSIGN_OR_RETURN(SlotPool pool,
+                   SlotPool::Create(options.num_slots, options.transfer,
+                                    options.identity.hash_block_size()));
+  return std::unique_ptr<StateCache>(
+      new StateCache(std::move(options), std::move(pool)));
+}
+
+StateCache::StateCache(StateCacheOptions options, SlotPool pool)
+    : options_(std::move(options)),
+      clock_(options_.clock ? options_.clock : Clock::Real()),
+      epoch_(options_.epoch ? options_.epoch : PickEpoch(clock_)),
+      start_time_(clock_->Now()),
+      pool_(std::move(pool)) {
+  owners_.resize(pool_.capacity());
+}
+
+StateCache::~StateCache() {
+  std::function<void()> done;
+  {
+    absl::MutexLock lock(&mu_);
+    if (resize_) {
+      done = FinishResize(
+          absl::CancelledError("the daemon is shutting down"));
+    }
+  }
+  if (done) done();
+}
+
+// ------------------------------------------------------------------ sessions
+
+absl::StatusOr<Session*> StateCache::FindSession(const std::string& id) {
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) {
+    auto ended = ended_.find(id);
+    if (ended != ended_.end()) {
+      return absl::NotFoundError(absl::StrCat(
+          "session '", id, "' was ", EndName(ended->second),
+          "; attach again"));
+    }
+    return absl::NotFoundError(absl::StrCat("unknown session '", id, "'"));
+  }
+  Session& session = *it->second;
+  const absl::Time now = clock_->Now();
+  if (now - session.last_seen > options_.lease_ttl) {
+    // The maintenance thread has not got to it yet; the lease is gone all
+    // the same.
+    ++counters_.lease_expiries;
+    EndSession(id, SessionEnd::kExpired);
+    return absl::NotFoundError(absl::StrCat(
+        "session '", id, "' was ", EndName(SessionEnd::kExpired),
+        "; attach again"));
+  }
+  session.last_seen = now;
+  return &session;
+}
+
+absl::StatusOr<Request*> StateCache::FindRequest(Session& session,
+                                                 const std::string& id) {
+  auto it = session.requests.find(id);
+  if (it == session.requests.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("this session holds no request '", id, "'"));
+  }
+  return it->second.get();
+}
+
+absl::Status StateCache::Attach(const v1::AttachRequest& request,
+                                v1::AttachResponse* response) {
+  const v1::Identity& want = options_.identity;
+  const v1::Identity& got = request.identity();
+  if (got.model_id() != want.model_id()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "identity mismatch: model_id is '", got.model_id(),
+        "', this daemon serves '", want.model_id(), "'"));
+  }
+  if (got.hash_block_size() != want.hash_block_size()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "identity mismatch: hash_block_size is ", got.hash_block_size(),
+        ", this daemon uses ", want.hash_block_size()));
+  }
+  if (got.hash_namespace() != want.hash_namespace()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "identity mismatch: hash_namespace is '", got.hash_namespace(),
+        "', this daemon uses '", want.hash_namespace(), "'"));
+  }
+  if (got.num_spec() != want.num_spec()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "identity mismatch: num_spec is ", got.num_spec(),
+        ", this daemon's state layout has ", want.num_spec()));
+  }
+  if (request.client_name().size() > kMaxIdBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "client_name is ", request.client_name().size(), " bytes; at most ",
+        kMaxIdBytes));
+  }
+  absl::MutexLock lock(&mu_);
+  if (draining_) {
+    return absl::UnavailableError("the daemon is draining; attach elsewhere");
+  }
+  auto session = std::make_unique<Session>();
+  session->id = RandomToken();
+  session->client_name = request.client_name();
+  session->attached_at = session->last_seen = clock_->Now();
+  response->set_session_id(session->id);
+  response->set_lease_ttl_ms(absl::ToInt64Milliseconds(options_.lease_ttl));
+  response->set_epoch(epoch_);
+  response->set_num_slots(pool_.num_slots());
+  FillTransfer(pool_.transfer(), response->mutable_transfer());
+  response->set_max_operations_per_step(options_.max_operations_per_step);
+  sessions_.emplace(session->id, std::move(session));
+  return absl::OkStatus();
+}
+
+absl::Status StateCache::Detach(const v1::DetachRequest& request,
+                                v1::DetachResponse* response) {
+  std::function<void()> done;
+  {
+    absl::MutexLock lock(&mu_);
+    ASSIGN_OR_RETURN(Session * session, FindSession(request.session_id()));
+    response->set_requests_released(
+        EndSession(session->id, SessionEnd::kDetached));
+    if (resize_ && AdvanceResize()) done = FinishResize(absl::OkStatus());
+  }
+  if (done) done();
+  return absl::OkStatus();
+}
+
+absl::Status StateCache::KeepAlive(const v1::KeepAliveRequest& request,
+                                   v1::KeepAliveResponse* response) {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(Session * session, FindSession(request.session_id()));
+  (void)session;
+  response->set_epoch(epoch_);
+  response->set_lease_ttl_ms(absl::ToInt64Milliseconds(options_.lease_ttl));
+  return absl::OkStatus();
+}
+
+absl::Status StateCache::EvictSession(const v1::EvictSessionRequest& request,
+                                      v1::EvictSessionResponse* response) {
+  std::function<void()> done;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!sessions_.contains(request.session_id())) {
+      return absl::NotFoundError(
+          absl::StrCat("unknown session '", request.session_id(), "'"));
+    }
+    ++counters_.sessions_evicted;
+    response->set_requests_released(
+        EndSession(request.session_id(), SessionEnd::kEvicted));
+    if (resize_ && AdvanceResize()) done = FinishResize(absl::OkStatus());
+  }
+  if (done) done();
+  return absl::OkStatus();
+}
+
+int32_t StateCache::EndSession(const std::string& session_id,
+                               SessionEnd how) {
+  auto it = sessions_.find(session_id);
+  if (it == sessions_.end()) return 0;
+  Session& session = *it->second;
+  // Admission order, so what the pool files (and its LRU order) does not
+  // depend on hash-map iteration.
+  std::vector<Request*> requests;
+  for (auto& [id, request] : session.requests) requests.push_back(request.get());
+  std::sort(requests.begin(), requests.end(),
+            [](const Request* a, const Request* b) { return a->seqno < b->seqno; });
+  for (Request* request : requests) ReleaseRequest(session, *request);
+  const int32_t released = static_cast<int32_t>(requests.size());
+  session.requests.clear();
+  // The pins its clock still holds go back as the clock would return them.
+  for (const auto& [slot, pin] : session.pins) {
+    (void)pool_.ReleasePin(slot, pin.count);
+  }
+  session.pins.clear();
+  if (observer_) observer_->OnSessionEnded(how);
+  sessions_.erase(it);
+  if (ended_.emplace(session_id, how).second) {
+    ended_order_.push_back(session_id);
+    if (ended_order_.size() > kEndedSessionsRemembered) {
+      ended_.erase(ended_order_.front());
+      ended_order_.erase(ended_order_.begin());
+    }
+  }
+  return released;
+}
+
+// ------------------------------------------------------------------ owners
+
+void StateCache::SetOwner(int64_t slot, Session* session, Request* request,
+                          int32_t index) {
+  if (slot >= static_cast<int64_t>(owners_.size())) owners_.resize(slot + 1);
+  owners_[slot] = SlotOwner{session, request, index};
+}
+
+void StateCache::ClearOwner(int64_t slot) {
+  if (slot >= 0 && slot < static_cast<int64_t>(owners_.size())) {
+    owners_[slot] = SlotOwner{};
+  }
+}
+
+Sequence StateCache::SequenceOf(const Request& request) const {
+  Sequence seq;
+  seq.state_slot = request.slots.empty() ? -1 : request.slots[0];
+  seq.num_tokens = request.num_tokens;
+  seq.has_per_req_cache = true;
+  seq.midstep_anchor_pos = request.anchor_pos;
+  seq.checkpoint_end_pos = 0;
+  return seq;
+}
+
+// ------------------------------------------------------------------ step
+
+absl::Status StateCache::Step(const v1::StepRequest& request,
+                              v1::StepResponse* response) {
+  if (request.operations_size() > options_.max_operations_per_step) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "step carries ", request.operations_size(),
+        " operations; at most ", options_.max_operations_per_step));
+  }
+  for (int i = 0; i < request.operations_size(); ++i) {
+    if (request.operations(i).kind_case() == v1::Operation::KIND_NOT_SET) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("operation ", i, " has no kind set"));
+    }
+  }
+  std::function<void()> done;
+  {
+    absl::MutexLock lock(&mu_);
+    ASSIGN_OR_RETURN(Session * session, FindSession(request.session_id()));
+    response->set_epoch(epoch_);
+    response->mutable_results()->Reserve(request.operations_size());
+    for (const v1::Operation& op : request.operations()) {
+      v1::OperationResult* result = response->add_results();
+      absl::Status status = RunOperation(*session, op, result);
+      if (!status.ok()) {
+        result->clear_result();
+        result->set_code(static_cast<int32_t>(status.code()));
+        result->set_message(std::string(status.message()));
+      }
+    }
+    // A pass may have released the pins a shrink is waiting on.
+    if (resize_ && AdvanceResize()) done = FinishResize(absl::OkStatus());
+  }
+  if (done) done();
+  return absl::OkStatus();
+}
+
+absl::Status StateCache::RunOperation(Session& session,
+                                      const v1::Operation& op,
+                                      v1::OperationResult* result) {
+  switch (op.kind_case()) {
+    case v1::Operation::kBeginPass:
+      return BeginPass(session, result->mutable_begin_pass());
+    case v1::Operation::kAdmit:
+      return Admit(session, op.admit(), result->mutable_admit());
+    case v1::Operation::kResumableHit: {
+      const v1::ResumableHit& q = op.resumable_hit();
+      if (q.num_tokens() < 0) {
+        return absl::InvalidArgumentError("num_tokens must be >= 0");
+      }
+      Sequence seq;
+      seq.num_tokens = q.num_tokens();
+      std::vector<int64_t> hashes(q.block_hashes().begin(),
+                                  q.block_hashes().end());
+      ASSIGN_OR_RETURN(int64_t blocks,
+                       pool_.ResumableHit(seq, q.kv_hit_blocks(), hashes,
+                                          q.assume_checkpointed()));
+      result->mutable_resumable_hit()->set_blocks(static_cast<int32_t>(blocks));
+      return absl::OkStatus();
+    }
+    case v1::Operation::kLookup: {
+      ASSIGN_OR_RETURN(int64_t slot, pool_.Lookup(op.lookup().hash()));
+      result->mutable_lookup()->set_slot(slot);
+      return absl::OkStatus();
+    }
+    case v1::Operation::kReserve:
+      return ReserveOp(session, op.reserve(), result->mutable_reserve());
+    case v1::Operation::kPublish:
+      return PublishOp(session, op.publish(), result->mutable_publish());
+    case v1::Operation::kCancel:
+      return CancelOp(session, op.cancel(), result->mutable_cancel());
+    case v1::Operation::kCheckpoint:
+      return CheckpointOp(session, op.checkpoint(),
+                          result->mutable_checkpoint());
+    case v1::Operation::kConsumeFork: {
+      ASSIGN_OR_RETURN(Request * request,
+                       FindRequest(session, op.consume_fork().request_id()));
+      result->mutable_consume_fork()->set_fork_src(request->fork_src);
+      if (request->fork_src >= 0) {
+        auto readers = session.readers.find(request->fork_src);
+        if (readers != session.readers.end()) {
+          readers->second.erase(request->id);
+          if (readers->second.empty()) session.readers.erase(readers);
+        }
+        request->fork_src = -1;
+      }
+      return absl::OkStatus();
+    }
+    case v1::Operation::kAdoptForkSource:
+      return AdoptForkSourceOp(session, op.adopt_fork_source(),
+                               result->mutable_adopt_fork_source());
+    case v1::Operation::kRelease:
+      return ReleaseOp(session, op.release().request_id(),
+                       result->mutable_release());
+    case v1::Operation::kUnindex: {
+      RETURN_IF_ERROR(CheckHashes(op.unindex().hashes(), "hashes"));
+      const int64_t before = pool_.Fates().orphaned;
+      for (int64_t h : op.unindex().hashes()) RETURN_IF_ERROR(pool_.Unindex(h));
+      result->mutable_unindex()->set_orphaned(
+          static_cast<int32_t>(pool_.Fates().orphaned - before));
+      return absl::OkStatus();
+    }
+    case v1::Operation::kClearIndex:
+      pool_.ClearIndex();
+      result->mutable_clear_index();
+      return absl::OkStatus();
+    case v1::Operation::KIND_NOT_SET:
+      break;
+  }
+  return absl::InvalidArgumentError("operation has no kind set");
+}
+
+absl::Status StateCache::BeginPass(Session& session,
+                                   v1::BeginPassResult* result) {
+  for (const PendingMove& move : session.moves) {
+    v1::SlotMove* out = result->add_moves();
+    out->set_request_id(move.request_id);
+    out->set_index(move.index);
+    out->set_from_slot(move.from_slot);
+    out->set_to_slot(move.to_slot);
+  }
+  session.moves.clear();
+  // The session's pin clock, in slot order like the reference's
+  // release_pins: deferred pins survive one more pass, the rest go back.
+  int32_t released = 0;
+  for (auto it = session.pins.begin(); it != session.pins.end();) {
+    const int64_t slot = it->first;
+    SessionPin& pin = it->second;
+    if (pin.deferred) {
+      pin.deferred = false;
+      (void)pool_.ReleasePin(slot, 0);
+      ++it;
+      continue;
+    }
+    (void)pool_.ReleasePin(slot, pin.count);
+    released += pin.count;
+    // Its readers forget it: the slot may be handed to someone else now.
+    auto readers = session.readers.find(slot);
+    if (readers != session.readers.end()) {
+      for (const std::string& id : readers->second) {
+        auto req = session.requests.find(id);
+        if (req != session.requests.end()) req->second->fork_src = -1;
+      }
+      session.readers.erase(readers);
+    }
+    it = session.pins.erase(it);
+  }
+  result->set_pins_released(released);
+  return absl::OkStatus();
+}
+
+absl::Status StateCache::Admit(Session& session, const v1::Admit& op,
+                               v1::AdmitResult* result) {
+  RETURN_IF_ERROR(CheckRequestId(op.request_id()));
+  if (session.requests.contains(op.request_id())) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        "request '", op.request_id(), "' is already admitted in this session"));
+  }
+  if (op.width() < 1 || op.width() > pool_.num_slots()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "width must be in [1, ", pool_.num_slots(), "] (the pool's size), got ",
+        op.width()));
+  }
+  if (op.num_tokens() < 0 || op.anchor_pos() < 0) {
+    return absl::InvalidArgumentError(
+        "num_tokens and anchor_pos must be >= 0");
+  }
+  if (op.kv_hit_blocks() < 0 || op.kv_hit_blocks() > op.block_hashes_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "kv_hit_blocks ", op.kv_hit_blocks(), " outside [0, ",
+        op.block_hashes_size(), "] (the block hashes given)"));
+  }
+  RETURN_IF_ERROR(CheckHashes(op.block_hashes(), "block_hashes"));
+  if (draining_) {
+    return absl::UnavailableError("the daemon is draining: not admitting");
+  }
+  if (pool_.NumFree() < op.width()) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "admit needs ", op.width(), " free slots, ", pool_.NumFree(),
+        " are free; admit it later"));
+  }
+
+  auto request = std::make_unique<Request>();
+  request->id = op.request_id();
+  request->seqno = next_request_seqno_++;
+  request->num_tokens = op.num_tokens();
+  request->anchor_pos = op.anchor_pos();
+  const Sequence seq = SequenceOf(*request);
+  const std::vector<int64_t> hashes(op.block_hashes().begin(),
+                                    op.block_hashes().end());
+  // Every call below is checked above or cannot fail on what was checked.
+  int64_t hit = *pool_.ResumableHit(seq, op.kv_hit_blocks(), hashes, false);
+  int64_t src = -1;
+  bool src_pinned = false;
+  if (hit > 0) {
+    src = *pool_.Lookup(hashes[hit - 1]);
+    const bool in_range = src >= 0 && src < pool_.num_slots();
+    src_pinned = in_range && *pool_.IsPinned(src);
+    // A checkpoint whose slot is live (adopted by a request that still runs
+    // in it) cannot be read: treat the hit as a miss.
+    if (!in_range || (!src_pinned && !*pool_.IsFree(src))) {
+      hit = 0;
+      src = -1;
+    }
+  }
+  ResumeOutcome outcome = ResumeOutcome::kMiss;
+  if (hit > 0) {
+    (void)pool_.Promote(src);
+    if (!src_pinned) (void)pool_.Claim(src);
+    if (pool_.NumFree() >= op.width()) {
+      request->slots = *pool_.PopMany(op.width());
+      (void)pool_.Pin(src, /*reader_is_next_batch=*/false);
+      SessionPin& pin = session.pins[src];
+      ++pin.count;
+      session.readers[src].insert(request->id);
+      request->fork_src = src;
+      outcome = ResumeOutcome::kFork;
+    } else {
+      // Too few slots to fork: continue in the checkpoint's own slot. Only
+      // reachable when it was claimed (a pinned source costs no free slot).
+      const std::vector<int64_t> rollback = *pool_.PopMany(op.width() - 1);
+      request->slots.push_back(src);
+      request->slots.insert(request->slots.end(), rollback.begin(),
+                            rollback.end());
+      outcome = ResumeOutcome::kAdopt;
+    }
+  } else {
+    request->slots = *pool_.PopMany(op.width());
+  }
+  if (op.kv_hit_blocks() > 0) {
+    switch (outcome) {
+      case ResumeOutcome::kFork: ++counters_.resumes_fork; break;
+      case ResumeOutcome::kAdopt: ++counters_.resumes_adopt; break;
+      case ResumeOutcome::kMiss: ++counters_.resumes_miss; break;
+    }
+    if (observer_) observer_->OnResume(outcome, op.kv_hit_blocks(), hit);
+  }
+  for (int32_t i = 0; i < static_cast<int32_t>(request->slots.size()); ++i) {
+    SetOwner(request->slots[i], &session, request.get(), i);
+  }
+  result->mutable_slots()->Add(request->slots.begin(), request->slots.end());
+  result->set_fork_src(request->fork_src);
+  result->set_blocks_resumed(static_cast<int32_t>(hit));
+  result->set_adopted(outcome == ResumeOutcome::kAdopt);
+  session.requests.emplace(request->id, std::move(request));
+  return absl::OkStatus();
+}
+
+absl::Status StateCache::ReserveOp(Session& session, const v1::Reserve& op,
+                                   v1::ReserveResult* result) {
+  ASSIGN_OR_RETURN(Request * request, FindRequest(session, op.request_id()));
+  std::vector<std::pair<int64_t, int64_t>> positions;
+  positions.reserve(op.positions_size());
+  for (const v1::MidstepPosition& p : op.positions()) {
+    if (p.hash() < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "position ", p.position(), " has negative hash ", p.hash()));
+    }
+    positions.emplace_back(p.position(), p.hash());
+  }
+  // Earlier unpublished reservations are superseded.
+  if (!request->reservations.empty()) {
+    for (const Reservation& r : request->reservations) ClearOwner(r.slot);
+    (void)pool_.CancelMidstep(request->reservations);
+    request->reservations.clear();
+  }
+  ASSIGN_OR_RETURN(request->reservations,
+                   pool_.ReserveMidstep(SequenceOf(*request), positions));
+  for (const Reservation& r : request->reservations) {
+    SetOwner(r.slot, &session, request, -1);
+    v1::Reservation* out = result->add_reservations();
+    out->set_slot(r.slot);
+    out->set_position(r.position);
+    out->set_hash(r.hash);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StateCache::PublishOp(Session& session, const v1::Publish& op,
+                                   v1::PublishResult* result) {
+  ASSIGN_OR_RETURN(Request * request, FindRequest(session, op.request_id()));
+  std::optional<Sequence> seq;
+  if (!op.keep_all()) seq = SequenceOf(*request);
+  RETURN_IF_ERROR(pool_.PublishMidstep(request->reservations, seq));
+  for (const Reservation& r : request->reservations) ClearOwner(r.slot);
+  result->set_published(static_cast<int32_t>(request->reservations.size()));
+  request->reservations.clear();
+  return absl::OkStatus();
+}
+
+absl::Status StateCache::CancelOp(Session& session, const v1::Cancel& op,
+                                  v1::CancelResult* result) {
+  ASSIGN_OR_RETURN(Request * request, FindRequest(session, op.request_id()));
+  RETURN_IF_ERROR(pool_.CancelMidstep(request->reservations));
+  for (const Reservation& r : request->reservations) ClearOwner(r.slot);
+  result->set_cancelled(static_cast<int32_t>(request->reservations.size()));
+  request->reservations.clear();
+  return absl::OkStatus();
+}
+
+absl::Status StateCache::CheckpointOp(Session& session,
+                                      const v1::Checkpoint& op,
+                                      v1::CheckpointResult* result) {
+  ASSIGN_OR_RETURN(Request * request, FindRequest(session, op.request_id()));
+  if (op.anchor_pos() < 0) {
+    return absl::InvalidArgumentError("anchor_pos must be >= 0");
+  }
+  Sequence seq = SequenceOf(*request);
+  if (op.anchor_pos() != 0) seq.midstep_anchor_pos = op.anchor_pos();
+  ASSIGN_OR_RETURN(CheckpointResult forked,
+                   pool_.Checkpoint(seq, op.boundary_blocks(), op.hash()));
+  result->set_state_slot(forked.state_slot);
+  result->set_fork_src(forked.state_fork_src);
+  result->set_kept(forked.state_fork_src >= 0);
+  if (forked.state_fork_src < 0) return absl::OkStatus();
+  const int64_t old = forked.state_fork_src;
+  request->slots[0] = forked.state_slot;
+  SetOwner(forked.state_slot, &session, request, 0);
+  ClearOwner(old);
+  SessionPin& pin = session.pins[old];
+  ++pin.count;
+  pin.deferred = true;
+  // The request now reads `old` next; an earlier source stays on the clock.
+  if (request->fork_src >= 0) {
+    auto readers = session.readers.find(request->fork_src);
+    if (readers != session.readers.end()) {
+      readers->second.erase(request->id);
+      if (readers->second.empty()) session.readers.erase(readers);
+    }
+  }
+  request->fork_src = old;
+  session.readers[old].insert(request->id);
+  return absl::OkStatus();
+}
+
+absl::Status StateCache::AdoptForkSourceOp(Session& session,
+                                           const v1::AdoptForkSource& op,
+                                           v1::AdoptForkSourceResult* result) {
+  ASSIGN_OR_RETURN(Request * request, FindRequest(session, op.request_id()));
+  const int64_t src = request->fork_src;
+  if (src < 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "request '", request->id, "' has no fork source to adopt"));
+  }
+  auto pin = session.pins.find(src);
+  const int64_t pool_pins = *pool_.PinCount(src);
+  if (pin == session.pins.end() || pin->second.count != 1 || pool_pins != 1) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "fork source ", src, " of request '", request->id, "' has ", pool_pins,
+        " readers; it can be taken over only by its only reader"));
+  }
+  const int64_t fresh = request->slots[0];
+  (void)pool_.Unpin(src);
+  (void)pool_.Release(fresh);
+  session.pins.erase(pin);
+  session.readers.erase(src);
+  ClearOwner(fresh);
+  request->slots[0] = src;
+  request->fork_src = -1;
+  SetOwner(src, &session, request, 0);
+  result->set_state_slot(src);
+  return absl::OkStatus();
+}
+
+absl::Status StateCache::ReleaseOp(Session& session,
+                                   const std::string& request_id,
+                                   v1::ReleaseResult* result) {
+  ASSIGN_OR_RETURN(Request * request, FindRequest(session, request_id));
+  result->set_slots_released(static_cast<int32_t>(request->slots.size() +
+                                                  request->reservations.size()));
+  ReleaseRequest(session, *request);
+  session.requests.erase(request_id);
+  return absl::OkStatus();
+}
+
+void StateCache::ReleaseRequest(Session& session, Request& request) {
+  // As the reference's caller deallocates: reservations back vacant, the
+  // slot set back to the pool, then drop the request as a reader.
+  if (!request.reservations.empty()) {
+    for (const Reservation& r : request.reservations) ClearOwner(r.slot);
+    (void)pool_.CancelMidstep(request.reservations);
+    request.reservations.clear();
+  }
+  for (int64_t slot : request.slots) ClearOwner(slot);
+  (void)pool_.ReleaseMany(request.slots);
+  request.slots.clear();
+  if (request.fork_src >= 0) {
+    const int64_t src = request.fork_src;
+    auto pin = session.pins.find(src);
+    if (pin != session.pins.end()) {
+      (void)pool_.DropReader(src);
+      if (--pin->second.count == 0) session.pins.erase(pin);
+    }
+    auto readers = session.readers.find(src);
+    if (readers != session.readers.end()) {
+      readers->second.erase(request.id);
+      if (readers->second.empty()) session.readers.erase(readers);
+    }
+    request.fork_src = -1;
+  }
+}
+
+// ------------------------------------------------------------------ resize
+
+void StateCache::Resize(const v1::ResizeRequest& request, ResizeDone done) {
+  v1::ResizeResponse response;
+  absl::Status status;
+  std::function<void()> finished;
+  {
+    absl::MutexLock lock(&mu_);
+    const int64_t target = request.target_slots();
+    const int64_t from = pool_.num_slots();
+    response.set_num_slots(from);
+    if (target < 1 || target > options_.max_slots) {
+      status = absl::InvalidArgumentError(
+          absl::StrCat("target_slots must be in [1, ", options_.max_slots,
+                       "], got ", target));
+    } else if (resize_) {
+      status = absl::AbortedError(
+          absl::StrCat("a resize to ", resize_->target,
+                       " slots is already in progress"));
+    } else if (target >= from) {
+      (void)pool_.Extend(target - from);
+      if (static_cast<int64_t>(owners_.size()) < target) owners_.resize(target);
+      response.set_num_slots(pool_.num_slots());
+      if (observer_ && target != from) observer_->OnResize(from, target);
+    } else {
+      resize_ = std::make_unique<PendingResize>();
+      resize_->target = target;
+      const int64_t deadline_ms =
+          request.deadline_ms() > 0 ? request.deadline_ms() : 10000;
+      resize_->deadline = clock_->Now() + absl::Milliseconds(deadline_ms);
+      resize_->done = std::move(done);
+      resize_->evicted_before = pool_.Fates().evicted;
+      if (AdvanceResize()) finished = FinishResize(absl::OkStatus());
+      if (!finished) return;  // completes from a later Step, Tick or detach
+    }
+  }
+  if (finished) {
+    finished();
+  } else {
+    done(status, response);
+  }
+}
+
+bool StateCache::AdvanceResize() {
+  PendingResize& r = *resize_;
+  const int64_t from = pool_.num_slots();
+  while (pool_.num_slots() > r.target) {
+    const int64_t top = pool_.num_slots() - 1;
+    // A reservation's forward may be writing its slot: wait for its publish
+    // or cancel rather than move bytes under it.
+    const SlotOwner& owner = owners_[top];
+    if (owner.request != nullptr && owner.index < 0) break;
+    auto retired = pool_.RetireTop();
+    if (!retired.ok() || !retired->has_value()) break;
+    const SlotRetirement& ret = **retired;
+    if (ret.relocated_to >= 0) {
+      r.response.set_relocated(r.response.relocated() + 1);
+      (void)pool_.RecordRelocation(ret.retired, ret.relocated_to);
+      if (!ret.held_checkpoint && owner.request != nullptr) {
+        SlotOwner moved = owner;
+        moved.request->slots[moved.index] = ret.relocated_to;
+        moved.session->moves.push_back(PendingMove{
+            moved.request->id, moved.index, ret.retired, ret.relocated_to});
+        ClearOwner(ret.retired);
+        SetOwner(ret.relocated_to, moved.session, moved.request, moved.index);
+      }
+    }
+  }
+  // The copy engine (host backend: none yet) consumes the relocation log.
+  (void)pool_.TakeRelocations();
+  if (observer_ && pool_.num_slots() != from) {
+    observer_->OnResize(from, pool_.num_slots());
+  }
+  return pool_.num_slots() == r.target;
+}
+
+std::function<void()> StateCache::FinishResize(absl::Status status) {
+  std::unique_ptr<PendingResize> r = std::move(resize_);
+  r->response.set_num_slots(pool_.num_slots());
+  r->response.set_evicted(pool_.Fates().evicted - r->evicted_before);
+  return [r = std::shared_ptr<PendingResize>(std::move(r)),
+          status = std::move(status)] { r->done(status, r->response); };
+}
+
+// ------------------------------------------------------------------ upkeep
+
+std::vector<std::function<void()>> StateCache::TickLocked() {
+  std::vector<std::function<void()>> done;
+  const absl::Time now = clock_->Now();
+  std::vector<std::string> lapsed;
+  for (const auto& [id, session] : sessions_) {
+    if (now - session->last_seen > options_.lease_ttl) lapsed.push_back(id);
+  }
+  for (const std::string& id : lapsed) {
+    ++counters_.lease_expiries;
+    EndSession(id, SessionEnd::kExpired);
+  }
+  if (resize_) {
+    if (AdvanceResize()) {
+      done.push_back(FinishResize(absl::OkStatus()));
+    } else if (now >= resize_->deadline) {
+      const int64_t target = resize_->target;
+      done.push_back(FinishResize(absl::DeadlineExceededError(absl::StrCat(
+          "resize reached ", pool_.num_slots(), " slots of target ", target,
+          " before its deadline; the top slot is pinned or live with nowhere "
+          "to go (slots given up so far stay given up)"))));
+    }
+  }
+  return done;
+}
+
+void StateCache::Tick() {
+  std::vector<std::function<void()>> done;
+  {
+    absl::MutexLock lock(&mu_);
+    done = TickLocked();
+  }
+  for (auto& f : done) f();
+}
+
+absl::Time StateCache::NextDeadline() const {
+  absl::MutexLock lock(&mu_);
+  absl::Time next = absl::InfiniteFuture();
+  for (const auto& [id, session] : sessions_) {
+    next = std::min(next, session->last_seen + options_.lease_ttl);
+  }
+  if (resize_) next = std::min(next, resize_->deadline);
+  return next;
+}
+
+void StateCache::SetDraining(bool draining) {
+  absl::MutexLock lock(&mu_);
+  draining_ = draining;
+}
+
+// ------------------------------------------------------------------ stats
+
+void StateCache::GetStats(v1::GetStatsResponse* response) {
+  absl::MutexLock lock(&mu_);
+  response->set_epoch(epoch_);
+  response->set_uptime_seconds(
+      absl::ToDoubleSeconds(clock_->Now() - start_time_));
+  const CheckpointFates fates = pool_.Fates();
+  response->set_checkpoints_kept(fates.kept);
+  response->set_checkpoints_dropped(fates.dropped);
+  response->set_checkpoints_evicted(fates.evicted);
+  response->set_checkpoints_orphaned(fates.orphaned);
+  const Occupancy occ = pool_.GetOccupancy();
+  response->set_slots_total(occ.total);
+  response->set_slots_used(occ.used);
+  response->set_slots_held(occ.held);
+  response->set_slots_vacant(occ.vacant);
+  response->set_sessions(static_cast<int32_t>(sessions_.size()));
+  int64_t requests = 0;
+  for (const auto& [id, session] : sessions_) {
+    requests += static_cast<int64_t>(session->requests.size());
+  }
+  response->set_requests(requests);
+  FillTransfer(pool_.transfer(), response->mutable_transfer());
+  *response->mutable_identity() = options_.identity;
+  response->set_indexed_hashes(pool_.NumIndexed());
+  response->set_resumes_fork(counters_.resumes_fork);
+  response->set_resumes_adopt(counters_.resumes_adopt);
+  response->set_resumes_miss(counters_.resumes_miss);
+  response->set_lease_expiries(counters_.lease_expiries);
+  response->set_sessions_evicted(counters_.sessions_evicted);
+}
+
+void StateCache::ListSessions(v1::ListSessionsResponse* response) {
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = clock_->Now();
+  std::vector<const Session*> sorted;
+  for (const auto& [id, session] : sessions_) sorted.push_back(session.get());
+  std::sort(sorted.begin(), sorted.end(), [](const Session* a, const Session* b) {
+    return a->attached_at != b->attached_at ? a->attached_at < b->attached_at
+                                            : a->id < b->id;
+  });
+  for (const Session* session : sorted) {
+    v1::SessionInfo* info = response->add_sessions();
+    info->set_session_id(session->id);
+    info->set_client_name(session->client_name);
+    info->set_requests(static_cast<int64_t>(session->requests.size()));
+    int64_t slots = 0;
+    for (const auto& [rid, request] : session->requests) {
+      slots += static_cast<int64_t>(request->slots.size() +
+                                    request->reservations.size());
+    }
+    info->set_slots(slots);
+    int64_t pins = 0;
+    for (const auto& [slot, pin] : session->pins) pins += pin.count;
+    info->set_pins(pins);
+    info->set_attached_seconds(absl::ToDoubleSeconds(now - session->attached_at));
+    info->set_idle_seconds(absl::ToDoubleSeconds(now - session->last_seen));
+    info->set_lease_remaining_ms(std::max<int64_t>(
+        0, absl::ToInt64Milliseconds(session->last_seen + options_.lease_ttl -
+                                     now)));
+  }
+}
+
+PoolSnapshot StateCache::DumpPool() const {
+  absl::MutexLock lock(&mu_);
+  return pool_.Dump();
+}
+
+absl::Status StateCache::CheckInvariants() const {
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(pool_.CheckInvariants());
+  // Every session pin is a pool pin, and the pool holds no pin nobody owns.
+  absl::flat_hash_map<int64_t, int64_t> pins;
+  for (const auto& [id, session] : sessions_) {
+    for (const auto& [slot, pin] : session->pins) {
+      if (pin.count <= 0) {
+        return absl::InternalError(absl::StrCat("session pin of slot ", slot,
+                                                " has count ", pin.count));
+      }
+      pins[slot] += pin.count;
+    }
+    for (const auto& [slot, readers] : session->readers) {
+      if (!session->pins.contains(slot)) {
+        return absl::InternalError(absl::StrCat(
+            "slot ", slot, " has readers but no pin in session ", id));
+      }
+      for (const std::string& rid : readers) {
+        auto req = session->requests.find(rid);
+        if (req == session->requests.end() || req->second->fork_src != slot) {
+          return absl::InternalError(absl::StrCat(
+              "reader '", rid, "' of slot ", slot, " does not read it"));
+        }
+      }
+    }
+    for (const auto& [rid, request] : session->requests) {
+      for (size_t i = 0; i < request->slots.size(); ++i) {
+        const int64_t slot = request->slots[i];
+        if (slot < 0 || slot >= pool_.num_slots() || *pool_.IsFree(slot)) {
+          return absl::InternalError(absl::StrCat(
+              "request '", rid, "' holds slot ", slot, " the pool says is free "
+              "or out of range"));
+        }
+        const SlotOwner& owner = owners_[slot];
+        if (owner.request != request.get() ||
+            owner.index != static_cast<int32_t>(i)) {
+          return absl::InternalError(absl::StrCat(
+              "owner table disagrees for slot ", slot));
+        }
+      }
+    }
+  }
+  const PoolSnapshot snap = pool_.Dump();
+  if (static_cast<int64_t>(snap.pinned.size()) !=
+      static_cast<int64_t>(pins.size())) {
+    return absl::InternalError("pool pins and session pins disagree");
+  }
+  for (const auto& [slot, count] : snap.pinned) {
+    auto it = pins.find(slot);
+    if (it == pins.end() || it->second != count) {
+      return absl::InternalError(absl::StrCat(
+          "slot ", slot, " has ", count, " pool pins but sessions hold ",
+          it == pins.end() ? 0 : it->second));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace statecache

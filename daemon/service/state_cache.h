@@ -1,0 +1,222 @@
+// StateCache: the daemon's core. Sessions, their requests, and the slot pool
+// they share, driven by the protocol of proto/statecache/v1/statecache.proto.
+//
+// The gRPC layer is a thin adapter over this class: every method takes the
+// request message, fills the response message and returns an absl::Status
+// (mapped to a gRPC status in one place, grpc_status.h). Nothing here knows
+// about gRPC, so the whole protocol is unit-tested without an RPC stack.
+//
+// Each Step operation maps onto the pool exactly as the reference's caller
+// (ATOM's scheduler pass) does; with one session, a run of steps makes the
+// reference's decisions. With several, each session has its own pin clock
+// (begin_pass releases only the pins this session took).
+//
+// Thread safety: thread-safe. One mutex guards the pool and every session; no
+// method blocks on anything but that mutex. Resize completes asynchronously
+// through a callback, which runs without the mutex held.
+#ifndef STATECACHE_DAEMON_SERVICE_STATE_CACHE_H_
+#define STATECACHE_DAEMON_SERVICE_STATE_CACHE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "daemon/core/slot_pool.h"
+#include "daemon/service/session.h"
+#include "proto/statecache/v1/statecache.pb.h"
+
+namespace statecache {
+
+// Source of time, injectable so lease tests need no sleeping.
+class Clock {
+ public:
+  virtual ~Clock() = default;
+  virtual absl::Time Now() const = 0;
+  static Clock* Real();
+};
+
+struct StateCacheOptions {
+  // The identity every Attach must match.
+  v1::Identity identity;
+  int64_t num_slots = 1024;
+  // Upper bound on Resize targets.
+  int64_t max_slots = kMaxSlots;
+  StateTransfer transfer = StateTransfer::None();
+  absl::Duration lease_ttl = absl::Seconds(10);
+  int32_t max_operations_per_step = 4096;
+  // Changes on every daemon start; 0 = pick one from the clock and /dev/urandom.
+  uint64_t epoch = 0;
+  Clock* clock = nullptr;  // nullptr = Clock::Real()
+};
+
+// Observer of core events, for metrics. Calls arrive with the core's mutex
+// held: implementations must be cheap and must not call back into StateCache.
+class StateCacheObserver {
+ public:
+  virtual ~StateCacheObserver() = default;
+  virtual void OnResume(ResumeOutcome outcome, int64_t blocks_wanted,
+                        int64_t blocks_resumed) {}
+  virtual void OnSessionEnded(SessionEnd how) {}
+  virtual void OnResize(int64_t from_slots, int64_t to_slots) {}
+};
+
+class StateCache {
+ public:
+  // REQUIRES: options.num_slots, transfer and identity valid (num_slots in
+  // [1, max_slots], hash_block_size >= 1, transfer not copy).
+  static absl::StatusOr<std::unique_ptr<StateCache>> Create(
+      StateCacheOptions options);
+  ~StateCache();
+
+  StateCache(const StateCache&) = delete;
+  StateCache& operator=(const StateCache&) = delete;
+
+  uint64_t epoch() const { return epoch_; }
+
+  // Not owned; must outlive this. Set before serving.
+  void set_observer(StateCacheObserver* observer) { observer_ = observer; }
+
+  // ----------------------------------------------------------- scheduler
+
+  // Errors: FAILED_PRECONDITION (identity mismatch, message names the
+  // field), INVALID_ARGUMENT (client_name too long), UNAVAILABLE (draining).
+  absl::Status Attach(const v1::AttachRequest& request,
+                      v1::AttachResponse* response) ABSL_LOCKS_EXCLUDED(mu_);
+  // Errors: NOT_FOUND (unknown or expired session).
+  absl::Status Detach(const v1::DetachRequest& request,
+                      v1::DetachResponse* response) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status KeepAlive(const v1::KeepAliveRequest& request,
+                         v1::KeepAliveResponse* response)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Per-operation refusals go into the results; the returned status is
+  // non-OK only when the whole step is refused (NOT_FOUND session,
+  // INVALID_ARGUMENT too many operations or an empty operation).
+  absl::Status Step(const v1::StepRequest& request, v1::StepResponse* response)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // ----------------------------------------------------------- operator
+
+  void GetStats(v1::GetStatsResponse* response) ABSL_LOCKS_EXCLUDED(mu_);
+  void ListSessions(v1::ListSessionsResponse* response)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Errors: NOT_FOUND.
+  absl::Status EvictSession(const v1::EvictSessionRequest& request,
+                            v1::EvictSessionResponse* response)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Starts a resize; `done` runs exactly once (possibly before Resize
+  // returns, possibly from a later Step, Tick or ~StateCache), without the
+  // mutex held, with the outcome. Errors (through `done`): INVALID_ARGUMENT,
+  // ABORTED (another resize in progress), DEADLINE_EXCEEDED, CANCELLED (the
+  // daemon is shutting down).
+  using ResizeDone =
+      std::function<void(absl::Status, const v1::ResizeResponse&)>;
+  void Resize(const v1::ResizeRequest& request, ResizeDone done)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // ----------------------------------------------------------- housekeeping
+
+  // Expires lapsed leases and retries/expires a pending resize. Called by
+  // the daemon's maintenance thread (and tests, with a fake clock).
+  void Tick() ABSL_LOCKS_EXCLUDED(mu_);
+  // When Tick next has something to do (a lease lapsing or a resize
+  // deadline), so the maintenance thread can sleep until then.
+  absl::Time NextDeadline() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Stops admitting (Attach UNAVAILABLE, admit FAILED_PRECONDITION) when on.
+  void SetDraining(bool draining) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // For tests: the pool's observable state and invariants.
+  PoolSnapshot DumpPool() const ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status CheckInvariants() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  struct PendingResize;
+  explicit StateCache(StateCacheOptions options, SlotPool pool);
+
+  // Each returns the operation's status and fills its result; a refusal
+  // leaves every structure unchanged.
+  absl::Status RunOperation(Session& session, const v1::Operation& op,
+                            v1::OperationResult* result)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status BeginPass(Session& session, v1::BeginPassResult* result)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Admit(Session& session, const v1::Admit& op,
+                     v1::AdmitResult* result) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status ReserveOp(Session& session, const v1::Reserve& op,
+                         v1::ReserveResult* result)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status PublishOp(Session& session, const v1::Publish& op,
+                         v1::PublishResult* result)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CancelOp(Session& session, const v1::Cancel& op,
+                        v1::CancelResult* result)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckpointOp(Session& session, const v1::Checkpoint& op,
+                            v1::CheckpointResult* result)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status AdoptForkSourceOp(Session& session, const v1::AdoptForkSource& op,
+                                 v1::AdoptForkSourceResult* result)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status ReleaseOp(Session& session, const std::string& request_id,
+                         v1::ReleaseResult* result)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Releases every request of the session and every pin its clock holds,
+  // then forgets it.
+  int32_t EndSession(const std::string& session_id, SessionEnd how)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReleaseRequest(Session& session, Request& request)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops `count` of this session's pins on `slot`.
+  void DropSessionPins(Session& session, int64_t slot, int32_t count)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<Session*> FindSession(const std::string& session_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<Request*> FindRequest(Session& session,
+                                       const std::string& request_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Sequence SequenceOf(const Request& request) const;
+  void SetOwner(int64_t slot, Session* session, Request* request, int32_t index)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ClearOwner(int64_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Shrinks towards the pending target; returns true when reached.
+  bool AdvanceResize() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes the finished resize's callback out for running after unlock.
+  std::function<void()> FinishResize(absl::Status status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<std::function<void()>> TickLocked()
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const StateCacheOptions options_;
+  Clock* const clock_;
+  const uint64_t epoch_;
+  const absl::Time start_time_;
+  StateCacheObserver* observer_ = nullptr;
+
+  mutable absl::Mutex mu_;
+  SlotPool pool_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::unique_ptr<Session>> sessions_
+      ABSL_GUARDED_BY(mu_);
+  // Who holds each live slot (indexed by slot), for relocations.
+  std::vector<SlotOwner> owners_ ABSL_GUARDED_BY(mu_);
+  // Recently ended sessions, so a late call is told why it is refused.
+  absl::flat_hash_map<std::string, SessionEnd> ended_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> ended_order_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<PendingResize> resize_ ABSL_GUARDED_BY(mu_);
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  StateCacheCounters counters_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_request_seqno_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace statecache
+
+#endif  // STATECACHE_DAEMON_SERVICE_STATE_CACHE_H_
