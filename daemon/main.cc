@@ -1,0 +1,428 @@
+// statecached: the per-accelerator recurrent-state cache daemon.
+//
+// Builds a StateCache from flags, serves it over gRPC (the scheduler and
+// operator APIs, the standard health service and server reflection), runs
+// the maintenance thread that expires leases and advances resizes, and shuts
+// down cleanly on SIGTERM or SIGINT.
+//
+// Readiness: once serving, logs "statecached: listening on ADDR epoch=N"
+// and, with --ready_fd=N, writes "ready\n" to fd N and closes it, so a
+// supervisor or a test knows when to connect without sleeping.
+//
+// Exit codes: 0 after a clean shutdown, 1 when the server cannot start,
+// 2 for a bad configuration.
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "client/default_address.h"
+#include "daemon/core/state_transfer.h"
+#include "daemon/service/grpc_service.h"
+#include "daemon/service/log.h"
+#include "daemon/service/session_event_log.h"
+#include "daemon/service/state_cache.h"
+
+ABSL_FLAG(std::string, listen, "",
+          "Address to serve on. Default: unix:/run/statecache/statecached.sock "
+          "as root, else unix:$XDG_RUNTIME_DIR/statecache/statecached.sock, "
+          "else unix:/tmp/statecache-$UID/statecached.sock. The socket's "
+          "directory is created with mode 0700 and the socket made 0660. A "
+          "TCP address (e.g. 127.0.0.1:50051; port 0 picks one) is served "
+          "only when given explicitly: it has no authentication.");
+ABSL_FLAG(int64_t, num_slots, 1024, "Slots in the pool at start.");
+ABSL_FLAG(int64_t, max_slots, 0,
+          "Largest pool a Resize may ask for; 0 = no limit beyond the pool's "
+          "own (2^30).");
+ABSL_FLAG(std::string, transfer, "fork",
+          "How state crosses a checkpoint: fork, none or replay.");
+ABSL_FLAG(int64_t, fork_tokens, 1,
+          "Committed tokens a fork destination needs (fork only).");
+ABSL_FLAG(bool, readable_midstep, true,
+          "Whether checkpoints may sit inside a forward (reserve/publish). "
+          "Ignored (false) for --transfer=none.");
+ABSL_FLAG(int64_t, hash_block_size, 64,
+          "Tokens per hash block of the engines' prefix cache; clients must "
+          "match.");
+ABSL_FLAG(std::string, model_id, "", "Model identity clients must match.");
+ABSL_FLAG(std::string, hash_namespace, "",
+          "Block-hash namespace clients must match.");
+ABSL_FLAG(int32_t, num_spec, 0,
+          "Speculative tokens per step clients must match (slot sets are "
+          "1 + num_spec wide).");
+ABSL_FLAG(absl::Duration, lease_ttl, absl::Seconds(10),
+          "A session not heard from for this long is expired.");
+ABSL_FLAG(int32_t, max_ops_per_step, 4096, "Operations one Step may carry.");
+ABSL_FLAG(int64_t, max_message_bytes, int64_t{16} << 20,
+          "Largest gRPC message received or sent.");
+ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(2),
+          "On SIGTERM/SIGINT, how long in-flight calls get to finish before "
+          "they are cancelled.");
+ABSL_FLAG(int, ready_fd, -1,
+          "If >= 0, write \"ready\\n\" to this fd once serving, then close "
+          "it.");
+ABSL_FLAG(int, v, 0, "Log verbosity: 0 = events, 1 = also one line per RPC.");
+
+namespace statecache {
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitServeError = 1;
+constexpr int kExitConfigError = 2;
+
+// The longest the maintenance thread sleeps: bounds how late it notices a
+// deadline that appeared while it slept (a new resize with a short deadline).
+constexpr absl::Duration kMaxMaintenanceSleep = absl::Milliseconds(100);
+// The shortest: if the core keeps reporting a deadline in the past, the
+// thread must not spin.
+constexpr absl::Duration kMinMaintenanceSleep = absl::Milliseconds(1);
+
+// ------------------------------------------------------------ configuration
+
+absl::StatusOr<StateCacheOptions> OptionsFromFlags() {
+  StateCacheOptions options;
+  options.identity.set_model_id(absl::GetFlag(FLAGS_model_id));
+  options.identity.set_hash_block_size(absl::GetFlag(FLAGS_hash_block_size));
+  options.identity.set_hash_namespace(absl::GetFlag(FLAGS_hash_namespace));
+  options.identity.set_num_spec(absl::GetFlag(FLAGS_num_spec));
+  if (options.identity.num_spec() < 0) {
+    return absl::InvalidArgumentError("--num_spec must be >= 0");
+  }
+  options.num_slots = absl::GetFlag(FLAGS_num_slots);
+  int64_t max_slots = absl::GetFlag(FLAGS_max_slots);
+  if (max_slots < 0) {
+    return absl::InvalidArgumentError("--max_slots must be >= 0");
+  }
+  options.max_slots = max_slots == 0 ? kMaxSlots : max_slots;
+
+  absl::StatusOr<TransferKind> kind =
+      ParseTransferKind(absl::GetFlag(FLAGS_transfer));
+  if (!kind.ok()) return kind.status();
+  int64_t fork_tokens = absl::GetFlag(FLAGS_fork_tokens);
+  bool readable_midstep = absl::GetFlag(FLAGS_readable_midstep);
+  // The defaults describe fork; "none" carries nothing across, so its
+  // fork_tokens and readable_midstep are forced rather than refused.
+  if (*kind == TransferKind::kNone) {
+    fork_tokens = 0;
+    readable_midstep = false;
+  } else if (*kind != TransferKind::kFork) {
+    fork_tokens = 0;
+  }
+  absl::StatusOr<StateTransfer> transfer =
+      StateTransfer::Create(*kind, fork_tokens, readable_midstep);
+  if (!transfer.ok()) return transfer.status();
+  options.transfer = *transfer;
+
+  options.lease_ttl = absl::GetFlag(FLAGS_lease_ttl);
+  if (options.lease_ttl <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--lease_ttl must be positive");
+  }
+  options.max_operations_per_step = absl::GetFlag(FLAGS_max_ops_per_step);
+  if (options.max_operations_per_step < 1) {
+    return absl::InvalidArgumentError("--max_ops_per_step must be >= 1");
+  }
+  return options;
+}
+
+// ------------------------------------------------------------ the socket
+
+// The filesystem path of a "unix:PATH" or "unix:///PATH" address; nullopt for
+// anything else (TCP, unix-abstract:).
+std::optional<std::string> UnixSocketPath(std::string_view address) {
+  if (!absl::ConsumePrefix(&address, "unix:")) return std::nullopt;
+  if (absl::StartsWith(address, "//")) address.remove_prefix(2);
+  return std::string(address);
+}
+
+// Creates the socket's directory (mode 0700, parents 0755) if it is missing;
+// an existing directory is left as it is (the operator chose it).
+absl::Status PrepareSocketDirectory(const std::string& socket_path) {
+  std::string::size_type slash = socket_path.rfind('/');
+  if (slash == std::string::npos || slash == 0) return absl::OkStatus();
+  const std::string dir = socket_path.substr(0, slash);
+  struct stat st;
+  if (::stat(dir.c_str(), &st) == 0) {
+    if (!S_ISDIR(st.st_mode)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(dir, " exists and is not a directory"));
+    }
+    return absl::OkStatus();
+  }
+  // Parents first (mkdir -p), then the socket's own directory private.
+  for (std::string::size_type pos = dir.find('/', 1);
+       pos != std::string::npos; pos = dir.find('/', pos + 1)) {
+    const std::string parent = dir.substr(0, pos);
+    if (::mkdir(parent.c_str(), 0755) != 0 && errno != EEXIST) {
+      return absl::InternalError(
+          absl::StrCat("mkdir ", parent, ": ", std::strerror(errno)));
+    }
+  }
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return absl::InternalError(
+        absl::StrCat("mkdir ", dir, ": ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+// gRPC unlinks an existing socket file before binding, which would silently
+// steal the address from a daemon still running there. Refuse instead; a
+// stale socket (nobody accepting) is fine to replace.
+absl::Status CheckNoLiveDaemon(const std::string& socket_path) {
+  struct stat st;
+  if (::lstat(socket_path.c_str(), &st) != 0) return absl::OkStatus();
+  if (!S_ISSOCK(st.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(socket_path, " exists and is not a socket"));
+  }
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (socket_path.size() >= sizeof(addr.sun_path)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("socket path too long: ", socket_path));
+  }
+  std::memcpy(addr.sun_path, socket_path.c_str(), socket_path.size() + 1);
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::OkStatus();
+  bool live = ::connect(fd, reinterpret_cast<const sockaddr*>(&addr),
+                        sizeof(addr)) == 0;
+  ::close(fd);
+  if (live) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "another daemon is listening on ", socket_path));
+  }
+  return absl::OkStatus();
+}
+
+// The address as clients should dial it: for TCP with port 0, the port gRPC
+// picked.
+std::string EffectiveAddress(const std::string& address, int selected_port) {
+  if (UnixSocketPath(address) || absl::StartsWith(address, "unix-abstract:")) {
+    return address;
+  }
+  std::string::size_type colon = address.rfind(':');
+  if (colon == std::string::npos || selected_port <= 0) return address;
+  return absl::StrCat(address.substr(0, colon + 1), selected_port);
+}
+
+bool IsLoopback(std::string_view address) {
+  return absl::StartsWith(address, "127.") ||
+         absl::StartsWith(address, "localhost:") ||
+         absl::StartsWith(address, "[::1]:") ||
+         absl::StartsWith(address, "ipv4:127.") ||
+         absl::StartsWith(address, "ipv6:[::1]:");
+}
+
+// ------------------------------------------------------------ maintenance
+
+// Runs StateCache::Tick whenever the core has something due (a lease lapsing,
+// a resize to retry or expire), sleeping in between; Stop wakes it at once.
+//
+// Thread safety: Stop may be called from any thread.
+class MaintenanceThread {
+ public:
+  // Neither is owned. REQUIRES: both outlive this.
+  MaintenanceThread(StateCache* cache, SessionEventLog* events)
+      : cache_(cache), events_(events), thread_([this] { Run(); }) {}
+  ~MaintenanceThread() { Stop(); }
+
+  MaintenanceThread(const MaintenanceThread&) = delete;
+  MaintenanceThread& operator=(const MaintenanceThread&) = delete;
+
+  // Wakes the thread and joins it. Idempotent.
+  void Stop() ABSL_LOCKS_EXCLUDED(mu_) {
+    {
+      absl::MutexLock lock(&mu_);
+      stopping_ = true;
+    }
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void Run() ABSL_LOCKS_EXCLUDED(mu_) {
+    for (;;) {
+      cache_->Tick();
+      events_->LogExpiries(*cache_);
+      const absl::Time now = absl::Now();
+      const absl::Time wake =
+          std::clamp(cache_->NextDeadline(), now + kMinMaintenanceSleep,
+                     now + kMaxMaintenanceSleep);
+      absl::MutexLock lock(&mu_);
+      if (mu_.AwaitWithDeadline(absl::Condition(&stopping_), wake)) return;
+    }
+  }
+
+  StateCache* const cache_;
+  SessionEventLog* const events_;
+  absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;  // last: starts once the members above exist
+};
+
+// ------------------------------------------------------------ readiness
+
+void SignalReady(int ready_fd) {
+  if (ready_fd < 0) return;
+  static constexpr char kReady[] = "ready\n";
+  if (::write(ready_fd, kReady, sizeof(kReady) - 1) !=
+      static_cast<ssize_t>(sizeof(kReady) - 1)) {
+    LOG_WARNING("--ready_fd=%d: write failed: %s", ready_fd,
+                std::strerror(errno));
+  }
+  ::close(ready_fd);
+}
+
+int Serve() {
+  log::SetVerbosity(absl::GetFlag(FLAGS_v));
+
+  absl::StatusOr<StateCacheOptions> options = OptionsFromFlags();
+  if (!options.ok()) {
+    LOG_ERROR("bad configuration: %s", options.status().ToString());
+    return kExitConfigError;
+  }
+  std::string listen = absl::GetFlag(FLAGS_listen);
+  if (listen.empty()) listen = DefaultAddress();
+  const std::optional<std::string> socket_path = UnixSocketPath(listen);
+  if (socket_path) {
+    absl::Status status = PrepareSocketDirectory(*socket_path);
+    if (status.ok()) status = CheckNoLiveDaemon(*socket_path);
+    if (!status.ok()) {
+      LOG_ERROR("cannot listen on %s: %s", listen, status.ToString());
+      return kExitServeError;
+    }
+  } else if (!absl::StartsWith(listen, "unix-abstract:")) {
+    LOG_WARNING(
+        "listening on TCP address %s: there is NO authentication and NO "
+        "encryption; anyone who can connect can drive, resize and evict. "
+        "Prefer a unix socket.",
+        listen);
+    if (!IsLoopback(listen)) {
+      LOG_WARNING("%s is not a loopback address: the cache is reachable from "
+                  "other machines",
+                  listen);
+    }
+  }
+
+  // Signals are taken synchronously by sigwait below: block them before any
+  // thread exists so every thread (gRPC's included) inherits the mask.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  const std::string transfer_name = options->transfer.DebugString();
+  absl::StatusOr<std::unique_ptr<StateCache>> cache =
+      StateCache::Create(*std::move(options));
+  if (!cache.ok()) {
+    LOG_ERROR("bad configuration: %s", cache.status().ToString());
+    return kExitConfigError;
+  }
+  SessionEventLog events;
+  (*cache)->set_observer(&events);
+  StateCacheGrpcService scheduler_service(cache->get(), &events);
+  StateCacheAdminGrpcService admin_service(cache->get(), &events);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int selected_port = 0;
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(),
+                           &selected_port);
+  // gRPC sets SO_REUSEPORT by default, which would let a second daemon bind
+  // the same TCP port and split the traffic.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  const int max_message_bytes = static_cast<int>(std::clamp<int64_t>(
+      absl::GetFlag(FLAGS_max_message_bytes), 1024, INT32_MAX));
+  builder.SetMaxReceiveMessageSize(max_message_bytes);
+  builder.SetMaxSendMessageSize(max_message_bytes);
+  builder.RegisterService(&scheduler_service);
+  builder.RegisterService(&admin_service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || selected_port == 0) {
+    LOG_ERROR("cannot listen on %s (see gRPC's message above)", listen);
+    return kExitServeError;
+  }
+  if (socket_path && ::chmod(socket_path->c_str(), 0660) != 0) {
+    LOG_WARNING("chmod 0660 %s: %s", *socket_path, std::strerror(errno));
+  }
+  grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
+  if (health != nullptr) health->SetServingStatus(true);
+
+  MaintenanceThread maintenance(cache->get(), &events);
+
+  LOG_INFO("pool: num_slots=%d transfer=%s lease_ttl=%s max_ops_per_step=%d",
+           absl::GetFlag(FLAGS_num_slots), transfer_name,
+           absl::FormatDuration(absl::GetFlag(FLAGS_lease_ttl)),
+           absl::GetFlag(FLAGS_max_ops_per_step));
+  LOG_INFO("listening on %s epoch=%d",
+           EffectiveAddress(listen, selected_port), (*cache)->epoch());
+  SignalReady(absl::GetFlag(FLAGS_ready_fd));
+
+  int signal_number = 0;
+  while (sigwait(&stop_signals, &signal_number) != 0) {
+  }
+  LOG_INFO("%s: shutting down (grace %s)", strsignal(signal_number),
+           absl::FormatDuration(absl::GetFlag(FLAGS_shutdown_grace)));
+
+  // Refuse new sessions and tell health checkers first, then let calls in
+  // flight finish; after the grace period gRPC cancels the rest (a pending
+  // Resize call finishes CANCELLED).
+  (*cache)->SetDraining(true);
+  if (health != nullptr) health->SetServingStatus(false);
+  server->Shutdown(absl::ToChronoTime(absl::Now() +
+                                      absl::GetFlag(FLAGS_shutdown_grace)));
+  maintenance.Stop();
+  server.reset();
+  // Destroying the cache cancels a resize still pending in the core.
+  cache->reset();
+  LOG_INFO("stopped");
+  return kExitOk;
+}
+
+}  // namespace
+}  // namespace statecache
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "statecached: the recurrent-state cache daemon.\n"
+      "Usage: statecached [--listen=ADDR] [--num_slots=N] [--transfer=fork] "
+      "...\nSee --help for every flag.");
+  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  if (positional.size() > 1) {
+    statecache::log::Write(
+        'E', absl::StrCat("unexpected argument: ", positional[1]));
+    return statecache::kExitConfigError;
+  }
+  return statecache::Serve();
+}

@@ -1,0 +1,305 @@
+#include "daemon/service/grpc_service.h"
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "daemon/service/grpc_status.h"
+#include "daemon/service/log.h"
+
+namespace statecache {
+namespace {
+
+// One DEBUG line per call: method, peer, outcome, time spent in the handler.
+void LogCall(std::string_view method, grpc::CallbackServerContext* context,
+             absl::Time start, const absl::Status& status,
+             std::string_view detail = "") {
+  if (log::Verbosity() < 1) return;
+  LOG_DEBUG("rpc %s peer=%s%s%s -> %s (%dus)", method, context->peer(),
+            detail.empty() ? "" : " ", detail,
+            status.ok() ? "OK" : status.ToString(),
+            absl::ToInt64Microseconds(absl::Now() - start));
+}
+
+// Finishes a unary call with `status` from the core.
+grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context,
+                                      const absl::Status& status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+// ------------------------------------------------------------ StepStream
+
+// One StepStream call: read, step, write, read... Only one gRPC operation is
+// outstanding at any time, so the handlers below never run concurrently and
+// Finish is called exactly once (from the read or write that ends the stream).
+class StepStreamReactor final
+    : public grpc::ServerBidiReactor<v1::StepRequest, v1::StepResponse> {
+ public:
+  StepStreamReactor(StateCache* cache, std::string peer)
+      : cache_(cache), peer_(std::move(peer)) {
+    LOG_DEBUG("rpc StepStream peer=%s opened", peer_);
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      // The client half-closed (or the call is gone, and the status is moot).
+      LOG_DEBUG("rpc StepStream peer=%s closed after %d steps", peer_, steps_);
+      Finish(grpc::Status::OK);
+      return;
+    }
+    RunStep();
+    StartWrite(&response_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                          "StepStream: the response could not be sent"));
+      return;
+    }
+    StartRead(&request_);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  // Fills response_ for request_. A message refused as a whole carries the
+  // refusal in error_code/error_message and no results.
+  void RunStep() {
+    absl::Time start = absl::Now();
+    response_.Clear();
+    // The stream belongs to the session its first message names.
+    if (steps_ == 0) session_id_ = request_.session_id();
+    ++steps_;
+    absl::Status status;
+    if (request_.session_id() != session_id_) {
+      status = absl::InvalidArgumentError(absl::StrCat(
+          "StepStream: message names session \"",
+          absl::CHexEscape(request_.session_id()),
+          "\" but the stream belongs to session \"",
+          absl::CHexEscape(session_id_), "\"; open a new stream"));
+    } else {
+      status = cache_->Step(request_, &response_);
+    }
+    if (!status.ok()) {
+      response_.clear_results();
+      response_.set_error_code(static_cast<int32_t>(status.code()));
+      response_.set_error_message(std::string(status.message()));
+    }
+    response_.set_epoch(cache_->epoch());
+    if (log::Verbosity() >= 1) {
+      LOG_DEBUG("rpc StepStream peer=%s session=%s ops=%d -> %s (%dus)", peer_,
+                request_.session_id(), request_.operations_size(),
+                status.ok() ? "OK" : status.ToString(),
+                absl::ToInt64Microseconds(absl::Now() - start));
+    }
+  }
+
+  StateCache* const cache_;
+  const std::string peer_;
+  std::string session_id_;
+  int64_t steps_ = 0;
+  // Reused for every message: the protocol has one message in flight.
+  v1::StepRequest request_;
+  v1::StepResponse response_;
+};
+
+// ------------------------------------------------------------ Resize
+
+// One Resize call. Two things may end it: StateCache's done callback (the
+// resize finished) and gRPC's cancellation (client deadline, or the server's
+// shutdown deadline). Whichever comes first finishes the call; the other does
+// nothing. StateCache may run the callback after the call is gone (from a
+// later Tick, or ~StateCache), so the callback reaches the reactor only
+// through `Shared`, and only while the call is unfinished.
+class ResizeReactor final : public grpc::ServerUnaryReactor {
+ public:
+  ResizeReactor(grpc::CallbackServerContext* context,
+                v1::ResizeResponse* response)
+      : shared_(std::make_shared<Shared>()),
+        response_(response),
+        peer_(context->peer()),
+        start_(absl::Now()) {}
+
+  // Starts the resize. May finish the call before it returns.
+  void Start(StateCache& cache, const v1::ResizeRequest& request) {
+    LOG_INFO("resize to %d slots requested by %s (deadline_ms=%d)",
+             request.target_slots(), peer_, request.deadline_ms());
+    cache.Resize(request, [shared = shared_, this](
+                              absl::Status status,
+                              const v1::ResizeResponse& result) {
+      if (!shared->TakeFinish()) return;  // cancelled first: `this` is gone
+      *response_ = result;
+      if (status.ok()) {
+        LOG_INFO("resize done: %d slots, %d relocated, %d evicted (%dms)",
+                 result.num_slots(), result.relocated(), result.evicted(),
+                 absl::ToInt64Milliseconds(absl::Now() - start_));
+      } else {
+        LOG_INFO("resize failed: %s", status.ToString());
+      }
+      Finish(ToGrpcStatus(status));
+    });
+  }
+
+  void OnCancel() override {
+    std::shared_ptr<Shared> shared = shared_;
+    if (!shared->TakeFinish()) return;
+    LOG_INFO("resize call from %s cancelled; the resize carries on", peer_);
+    Finish(grpc::Status(grpc::StatusCode::CANCELLED, "Resize call cancelled"));
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  struct Shared {
+    // True for exactly one caller: the one that finishes the call.
+    bool TakeFinish() ABSL_LOCKS_EXCLUDED(mu) {
+      absl::MutexLock lock(&mu);
+      if (finished) return false;
+      finished = true;
+      return true;
+    }
+    absl::Mutex mu;
+    bool finished ABSL_GUARDED_BY(mu) = false;
+  };
+
+  const std::shared_ptr<Shared> shared_;
+  v1::ResizeResponse* const response_;
+  const std::string peer_;
+  const absl::Time start_;
+};
+
+}  // namespace
+
+// ================================================================ scheduler
+
+StateCacheGrpcService::StateCacheGrpcService(StateCache* cache,
+                                             SessionEventLog* events)
+    : cache_(cache), events_(events) {}
+
+grpc::ServerUnaryReactor* StateCacheGrpcService::Attach(
+    grpc::CallbackServerContext* context, const v1::AttachRequest* request,
+    v1::AttachResponse* response) {
+  absl::Time start = absl::Now();
+  absl::Status status = cache_->Attach(*request, response);
+  if (status.ok()) {
+    events_->Attached(response->session_id(), request->client_name(),
+                      context->peer());
+  } else {
+    LOG_INFO("attach refused: client=\"%s\" peer=%s: %s",
+             absl::CHexEscape(request->client_name()), context->peer(),
+             status.ToString());
+  }
+  LogCall("Attach", context, start, status);
+  return FinishUnary(context, status);
+}
+
+grpc::ServerUnaryReactor* StateCacheGrpcService::Detach(
+    grpc::CallbackServerContext* context, const v1::DetachRequest* request,
+    v1::DetachResponse* response) {
+  absl::Time start = absl::Now();
+  absl::Status status = cache_->Detach(*request, response);
+  if (status.ok()) {
+    events_->Ended(request->session_id(), "detached",
+                   response->requests_released());
+  }
+  LogCall("Detach", context, start, status,
+          absl::StrCat("session=", request->session_id()));
+  return FinishUnary(context, status);
+}
+
+grpc::ServerUnaryReactor* StateCacheGrpcService::KeepAlive(
+    grpc::CallbackServerContext* context, const v1::KeepAliveRequest* request,
+    v1::KeepAliveResponse* response) {
+  absl::Time start = absl::Now();
+  absl::Status status = cache_->KeepAlive(*request, response);
+  LogCall("KeepAlive", context, start, status,
+          absl::StrCat("session=", request->session_id()));
+  return FinishUnary(context, status);
+}
+
+grpc::ServerUnaryReactor* StateCacheGrpcService::Step(
+    grpc::CallbackServerContext* context, const v1::StepRequest* request,
+    v1::StepResponse* response) {
+  absl::Time start = absl::Now();
+  absl::Status status = cache_->Step(*request, response);
+  if (log::Verbosity() >= 1) {
+    LogCall("Step", context, start, status,
+            absl::StrCat("session=", request->session_id(),
+                         " ops=", request->operations_size()));
+  }
+  return FinishUnary(context, status);
+}
+
+grpc::ServerBidiReactor<v1::StepRequest, v1::StepResponse>*
+StateCacheGrpcService::StepStream(grpc::CallbackServerContext* context) {
+  return new StepStreamReactor(cache_, context->peer());
+}
+
+grpc::ServerUnaryReactor* StateCacheGrpcService::Ping(
+    grpc::CallbackServerContext* context, const v1::PingRequest* request,
+    v1::PingResponse* response) {
+  return FinishUnary(context, absl::OkStatus());
+}
+
+// ================================================================ operator
+
+StateCacheAdminGrpcService::StateCacheAdminGrpcService(StateCache* cache,
+                                                       SessionEventLog* events)
+    : cache_(cache), events_(events) {}
+
+grpc::ServerUnaryReactor* StateCacheAdminGrpcService::GetStats(
+    grpc::CallbackServerContext* context, const v1::GetStatsRequest* request,
+    v1::GetStatsResponse* response) {
+  absl::Time start = absl::Now();
+  cache_->GetStats(response);
+  LogCall("GetStats", context, start, absl::OkStatus());
+  return FinishUnary(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* StateCacheAdminGrpcService::ListSessions(
+    grpc::CallbackServerContext* context,
+    const v1::ListSessionsRequest* request,
+    v1::ListSessionsResponse* response) {
+  absl::Time start = absl::Now();
+  cache_->ListSessions(response);
+  LogCall("ListSessions", context, start, absl::OkStatus());
+  return FinishUnary(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* StateCacheAdminGrpcService::Resize(
+    grpc::CallbackServerContext* context, const v1::ResizeRequest* request,
+    v1::ResizeResponse* response) {
+  auto* reactor = new ResizeReactor(context, response);
+  reactor->Start(*cache_, *request);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* StateCacheAdminGrpcService::EvictSession(
+    grpc::CallbackServerContext* context,
+    const v1::EvictSessionRequest* request,
+    v1::EvictSessionResponse* response) {
+  absl::Time start = absl::Now();
+  absl::Status status = cache_->EvictSession(*request, response);
+  if (status.ok()) {
+    events_->Ended(request->session_id(),
+                   absl::StrCat("evicted by ", context->peer()),
+                   response->requests_released());
+  }
+  LogCall("EvictSession", context, start, status,
+          absl::StrCat("session=", request->session_id()));
+  return FinishUnary(context, status);
+}
+
+}  // namespace statecache

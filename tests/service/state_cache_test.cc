@@ -1,0 +1,709 @@
+// StateCache without any RPC stack: the protocol's decisions, sessions,
+// leases (on a fake clock), resize, and refusals that change nothing.
+#include "daemon/service/state_cache.h"
+
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "gtest/gtest.h"
+
+namespace statecache {
+namespace {
+
+class FakeClock : public Clock {
+ public:
+  absl::Time Now() const override {
+    absl::MutexLock lock(&mu_);
+    return now_;
+  }
+  void Advance(absl::Duration d) {
+    absl::MutexLock lock(&mu_);
+    now_ += d;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  absl::Time now_ = absl::FromUnixSeconds(1'800'000'000);
+};
+
+constexpr int64_t kBlock = 64;
+
+v1::Identity TestIdentity() {
+  v1::Identity id;
+  id.set_model_id("test/model");
+  id.set_hash_block_size(kBlock);
+  id.set_hash_namespace("ns");
+  id.set_num_spec(0);
+  return id;
+}
+
+struct Fixture {
+  explicit Fixture(int64_t num_slots = 8,
+                   StateTransfer transfer = *StateTransfer::Create(
+                       TransferKind::kFork, 1, true)) {
+    StateCacheOptions options;
+    options.identity = TestIdentity();
+    options.num_slots = num_slots;
+    options.max_slots = 1024;
+    options.transfer = transfer;
+    options.lease_ttl = absl::Seconds(10);
+    options.max_operations_per_step = 64;
+    options.epoch = 42;
+    options.clock = &clock;
+    cache = *StateCache::Create(options);
+  }
+
+  std::string Attach(const std::string& name = "test") {
+    v1::AttachRequest req;
+    *req.mutable_identity() = TestIdentity();
+    req.set_client_name(name);
+    v1::AttachResponse resp;
+    EXPECT_TRUE(cache->Attach(req, &resp).ok());
+    return resp.session_id();
+  }
+
+  FakeClock clock;
+  std::unique_ptr<StateCache> cache;
+};
+
+// Builds steps tersely.
+class StepBuilder {
+ public:
+  explicit StepBuilder(std::string session) { req_.set_session_id(session); }
+  StepBuilder& BeginPass() {
+    req_.add_operations()->mutable_begin_pass();
+    return *this;
+  }
+  StepBuilder& Admit(const std::string& id, int width, int64_t num_tokens,
+                     const std::vector<int64_t>& hashes, int kv_hit,
+                     int64_t anchor = 0) {
+    v1::Admit* a = req_.add_operations()->mutable_admit();
+    a->set_request_id(id);
+    a->set_width(width);
+    a->set_num_tokens(num_tokens);
+    a->set_anchor_pos(anchor);
+    for (int64_t h : hashes) a->add_block_hashes(h);
+    a->set_kv_hit_blocks(kv_hit);
+    return *this;
+  }
+  StepBuilder& Checkpoint(const std::string& id, int64_t blocks, int64_t hash,
+                          int64_t anchor = 0) {
+    v1::Checkpoint* c = req_.add_operations()->mutable_checkpoint();
+    c->set_request_id(id);
+    c->set_boundary_blocks(blocks);
+    c->set_hash(hash);
+    c->set_anchor_pos(anchor);
+    return *this;
+  }
+  StepBuilder& Release(const std::string& id) {
+    req_.add_operations()->mutable_release()->set_request_id(id);
+    return *this;
+  }
+  StepBuilder& ConsumeFork(const std::string& id) {
+    req_.add_operations()->mutable_consume_fork()->set_request_id(id);
+    return *this;
+  }
+  StepBuilder& AdoptForkSource(const std::string& id) {
+    req_.add_operations()->mutable_adopt_fork_source()->set_request_id(id);
+    return *this;
+  }
+  StepBuilder& Reserve(const std::string& id,
+                       const std::vector<std::pair<int64_t, int64_t>>& pos) {
+    v1::Reserve* r = req_.add_operations()->mutable_reserve();
+    r->set_request_id(id);
+    for (auto [p, h] : pos) {
+      v1::MidstepPosition* m = r->add_positions();
+      m->set_position(p);
+      m->set_hash(h);
+    }
+    return *this;
+  }
+  StepBuilder& Publish(const std::string& id) {
+    req_.add_operations()->mutable_publish()->set_request_id(id);
+    return *this;
+  }
+  StepBuilder& Cancel(const std::string& id) {
+    req_.add_operations()->mutable_cancel()->set_request_id(id);
+    return *this;
+  }
+  StepBuilder& Unindex(const std::vector<int64_t>& hashes) {
+    v1::Unindex* u = req_.add_operations()->mutable_unindex();
+    for (int64_t h : hashes) u->add_hashes(h);
+    return *this;
+  }
+  StepBuilder& Lookup(int64_t hash) {
+    req_.add_operations()->mutable_lookup()->set_hash(hash);
+    return *this;
+  }
+  const v1::StepRequest& request() const { return req_; }
+
+ private:
+  v1::StepRequest req_;
+};
+
+v1::StepResponse RunStep(StateCache& cache, const StepBuilder& b) {
+  v1::StepResponse resp;
+  absl::Status s = cache.Step(b.request(), &resp);
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(resp.results_size(), b.request().operations_size());
+  return resp;
+}
+
+std::vector<int64_t> Slots(const v1::AdmitResult& a) {
+  return {a.slots().begin(), a.slots().end()};
+}
+
+TEST(StateCacheTest, AttachRefusesEachMismatchedIdentityField) {
+  Fixture f;
+  struct Case {
+    const char* field;
+    std::function<void(v1::Identity&)> mutate;
+  };
+  const std::vector<Case> cases = {
+      {"model_id", [](v1::Identity& i) { i.set_model_id("other"); }},
+      {"hash_block_size", [](v1::Identity& i) { i.set_hash_block_size(16); }},
+      {"hash_namespace", [](v1::Identity& i) { i.set_hash_namespace("x"); }},
+      {"num_spec", [](v1::Identity& i) { i.set_num_spec(2); }},
+  };
+  for (const Case& c : cases) {
+    v1::AttachRequest req;
+    *req.mutable_identity() = TestIdentity();
+    c.mutate(*req.mutable_identity());
+    v1::AttachResponse resp;
+    absl::Status s = f.cache->Attach(req, &resp);
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << c.field;
+    EXPECT_NE(s.message().find(c.field), std::string::npos) << s;
+    EXPECT_TRUE(resp.session_id().empty());
+  }
+  v1::GetStatsResponse stats;
+  f.cache->GetStats(&stats);
+  EXPECT_EQ(stats.sessions(), 0);
+}
+
+TEST(StateCacheTest, AttachReturnsEpochLeaseAndPool) {
+  Fixture f;
+  v1::AttachRequest req;
+  *req.mutable_identity() = TestIdentity();
+  v1::AttachResponse resp;
+  ASSERT_TRUE(f.cache->Attach(req, &resp).ok());
+  EXPECT_EQ(resp.epoch(), 42u);
+  EXPECT_EQ(resp.lease_ttl_ms(), 10000);
+  EXPECT_EQ(resp.num_slots(), 8);
+  EXPECT_EQ(resp.transfer().kind(), "fork");
+  EXPECT_EQ(resp.session_id().size(), 32u);
+}
+
+TEST(StateCacheTest, CheckpointThenResumeForksFromTheCheckpoint) {
+  Fixture f;
+  const std::string s = f.Attach();
+  const std::vector<int64_t> hashes = {101, 102, 103};
+  // Turn 1: cold start, prompt of 3 blocks + a few tokens, checkpoint at end.
+  auto r1 = RunStep(*f.cache, StepBuilder(s).BeginPass().Admit("a", 1, 200, hashes,
+                                                           0, 192));
+  ASSERT_EQ(r1.results(1).code(), 0) << r1.results(1).message();
+  EXPECT_EQ(Slots(r1.results(1).admit()), (std::vector<int64_t>{0}));
+  EXPECT_EQ(r1.results(1).admit().fork_src(), -1);
+  auto c = RunStep(*f.cache, StepBuilder(s).Checkpoint("a", 3, 103));
+  ASSERT_EQ(c.results(0).code(), 0) << c.results(0).message();
+  EXPECT_TRUE(c.results(0).checkpoint().kept());
+  EXPECT_EQ(c.results(0).checkpoint().fork_src(), 0);
+  EXPECT_EQ(c.results(0).checkpoint().state_slot(), 1);
+  // Slot 0 is pinned (deferred): survives one begin_pass, goes at the next.
+  RunStep(*f.cache, StepBuilder(s).BeginPass().ConsumeFork("a").Release("a"));
+  EXPECT_EQ(f.cache->DumpPool().pinned,
+            (std::vector<std::pair<int64_t, int64_t>>{{0, 1}}));
+  RunStep(*f.cache, StepBuilder(s).BeginPass());
+  EXPECT_TRUE(f.cache->DumpPool().pinned.empty());
+  EXPECT_EQ(f.cache->DumpPool().checkpointed, (std::vector<int64_t>{0}));
+
+  // Turn 2 extends the prompt: resumes at 3 blocks, forks from slot 0.
+  const std::vector<int64_t> hashes2 = {101, 102, 103, 104, 105};
+  auto r2 = RunStep(*f.cache,
+                StepBuilder(s).BeginPass().Admit("b", 1, 330, hashes2, 5, 320));
+  const v1::AdmitResult& a2 = r2.results(1).admit();
+  ASSERT_EQ(r2.results(1).code(), 0) << r2.results(1).message();
+  EXPECT_EQ(a2.blocks_resumed(), 3);
+  EXPECT_EQ(a2.fork_src(), 0);
+  EXPECT_FALSE(a2.adopted());
+  EXPECT_EQ(Slots(a2), (std::vector<int64_t>{1}));
+  v1::GetStatsResponse stats;
+  f.cache->GetStats(&stats);
+  EXPECT_EQ(stats.resumes_fork(), 1);
+  EXPECT_EQ(stats.checkpoints_kept(), 1);
+  EXPECT_TRUE(f.cache->CheckInvariants().ok()) << f.cache->CheckInvariants();
+}
+
+TEST(StateCacheTest, ResumeAdoptsTheCheckpointWhenTooFewSlotsAreFree) {
+  Fixture f(2);
+  const std::string s = f.Attach();
+  RunStep(*f.cache, StepBuilder(s).Admit("a", 1, 100, {7}, 0, 64));
+  RunStep(*f.cache, StepBuilder(s).Checkpoint("a", 1, 7));  // a -> slot 1, 0 pinned
+  RunStep(*f.cache, StepBuilder(s).BeginPass().BeginPass());  // 0 back as checkpoint
+  // a holds slot 1; slot 0 is the only free one and holds the checkpoint.
+  auto r = RunStep(*f.cache, StepBuilder(s).Admit("b", 1, 100, {7}, 1, 64));
+  ASSERT_EQ(r.results(0).code(), 0) << r.results(0).message();
+  EXPECT_TRUE(r.results(0).admit().adopted());
+  EXPECT_EQ(Slots(r.results(0).admit()), (std::vector<int64_t>{0}));
+  EXPECT_EQ(r.results(0).admit().fork_src(), -1);
+  EXPECT_TRUE(f.cache->CheckInvariants().ok());
+}
+
+TEST(StateCacheTest, PinClocksOfTwoSessionsDoNotInterfere) {
+  Fixture f;
+  const std::string s1 = f.Attach("one");
+  const std::string s2 = f.Attach("two");
+  // s1 files a checkpoint under hash 9 and lets its clock return it.
+  RunStep(*f.cache, StepBuilder(s1).Admit("a", 1, 100, {9}, 0, 64));
+  RunStep(*f.cache, StepBuilder(s1).Checkpoint("a", 1, 9));
+  RunStep(*f.cache, StepBuilder(s1).BeginPass().BeginPass());
+  // s2 resumes from it: slot 0 pinned by s2's clock.
+  auto r = RunStep(*f.cache, StepBuilder(s2).Admit("b", 1, 100, {9}, 1, 64));
+  ASSERT_EQ(r.results(0).admit().fork_src(), 0);
+  // s1's passes must not release s2's pin.
+  RunStep(*f.cache, StepBuilder(s1).BeginPass().BeginPass().BeginPass());
+  EXPECT_EQ(f.cache->DumpPool().pinned,
+            (std::vector<std::pair<int64_t, int64_t>>{{0, 1}}));
+  // s2's own pass does.
+  auto p = RunStep(*f.cache, StepBuilder(s2).BeginPass());
+  EXPECT_EQ(p.results(0).begin_pass().pins_released(), 1);
+  EXPECT_TRUE(f.cache->DumpPool().pinned.empty());
+  EXPECT_TRUE(f.cache->CheckInvariants().ok());
+}
+
+TEST(StateCacheTest, LateReleaseDoesNotDropAPinThatIsNoLongerItsOwn) {
+  Fixture f(4);
+  const std::string s1 = f.Attach();
+  const std::string s2 = f.Attach();
+  RunStep(*f.cache, StepBuilder(s1).Admit("a", 1, 100, {9}, 0, 64));
+  RunStep(*f.cache, StepBuilder(s1).Checkpoint("a", 1, 9));  // 0 pinned by s1
+  RunStep(*f.cache, StepBuilder(s1).BeginPass().BeginPass());  // s1's pin gone
+  // s2 resumes from slot 0 and pins it.
+  RunStep(*f.cache, StepBuilder(s2).Admit("b", 1, 100, {9}, 1, 64));
+  ASSERT_EQ(f.cache->DumpPool().pinned,
+            (std::vector<std::pair<int64_t, int64_t>>{{0, 1}}));
+  // a's fork source was forgotten by s1's clock: releasing a now must not
+  // touch s2's pin.
+  RunStep(*f.cache, StepBuilder(s1).Release("a"));
+  EXPECT_EQ(f.cache->DumpPool().pinned,
+            (std::vector<std::pair<int64_t, int64_t>>{{0, 1}}));
+  EXPECT_TRUE(f.cache->CheckInvariants().ok());
+}
+
+TEST(StateCacheTest, AdoptForkSourceOnlyForTheOnlyReader) {
+  Fixture f;
+  const std::string s = f.Attach();
+  RunStep(*f.cache, StepBuilder(s).Admit("a", 1, 100, {9}, 0, 64));
+  RunStep(*f.cache, StepBuilder(s).Checkpoint("a", 1, 9));  // a: slot 1, src 0
+  RunStep(*f.cache, StepBuilder(s).BeginPass());            // deferral ends
+  // b resumes from the same source: 2 readers.
+  RunStep(*f.cache, StepBuilder(s).Admit("b", 1, 100, {9}, 1, 64));
+  auto refused = RunStep(*f.cache, StepBuilder(s).AdoptForkSource("a"));
+  EXPECT_EQ(refused.results(0).code(),
+            static_cast<int>(absl::StatusCode::kFailedPrecondition));
+  EXPECT_NE(refused.results(0).message().find("2 readers"), std::string::npos);
+  RunStep(*f.cache, StepBuilder(s).Release("b"));
+  const PoolSnapshot before = f.cache->DumpPool();
+  auto ok = RunStep(*f.cache, StepBuilder(s).AdoptForkSource("a"));
+  ASSERT_EQ(ok.results(0).code(), 0) << ok.results(0).message();
+  EXPECT_EQ(ok.results(0).adopt_fork_source().state_slot(), 0);
+  const PoolSnapshot after = f.cache->DumpPool();
+  EXPECT_TRUE(after.pinned.empty());
+  EXPECT_NE(before, after);
+  // a's fresh slot 1 went back.
+  EXPECT_TRUE(std::count(after.free.begin(), after.free.end(), 1));
+  EXPECT_TRUE(f.cache->CheckInvariants().ok());
+}
+
+TEST(StateCacheTest, MidstepReservePublishCancel) {
+  Fixture f;
+  const std::string s = f.Attach();
+  RunStep(*f.cache, StepBuilder(s).Admit("a", 1, 300, {1, 2, 3, 4}, 0, 256));
+  auto r = RunStep(*f.cache, StepBuilder(s).Reserve("a", {{128, 2}, {256, 4}}));
+  ASSERT_EQ(r.results(0).reserve().reservations_size(), 2);
+  EXPECT_EQ(r.results(0).reserve().reservations(0).slot(), 1);
+  EXPECT_EQ(r.results(0).reserve().reservations(1).slot(), 2);
+  // Not indexed until published.
+  auto l = RunStep(*f.cache, StepBuilder(s).Lookup(4));
+  EXPECT_EQ(l.results(0).lookup().slot(), -1);
+  auto p = RunStep(*f.cache, StepBuilder(s).Publish("a").Lookup(4).Lookup(2));
+  EXPECT_EQ(p.results(0).publish().published(), 2);
+  EXPECT_EQ(p.results(1).lookup().slot(), 2);
+  EXPECT_EQ(p.results(2).lookup().slot(), 1);
+  // 128 is not the anchor: filed as a guess at the LRU head.
+  const PoolSnapshot snap = f.cache->DumpPool();
+  EXPECT_EQ(snap.checkpointed, (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(snap.speculative, (std::vector<int64_t>{1}));
+  // A second reserve cancels an unpublished first one.
+  RunStep(*f.cache, StepBuilder(s).Reserve("a", {{192, 3}}));
+  RunStep(*f.cache, StepBuilder(s).Reserve("a", {{192, 3}}));
+  auto c = RunStep(*f.cache, StepBuilder(s).Cancel("a"));
+  EXPECT_EQ(c.results(0).cancel().cancelled(), 1);
+  EXPECT_EQ(f.cache->DumpPool().free.size(), 7u);
+  EXPECT_TRUE(f.cache->CheckInvariants().ok());
+}
+
+TEST(StateCacheTest, RefusedOperationsChangeNothing) {
+  Fixture f(4);
+  const std::string s = f.Attach();
+  const std::string other = f.Attach();
+  RunStep(*f.cache, StepBuilder(s).Admit("a", 1, 100, {5}, 0, 64));
+  RunStep(*f.cache, StepBuilder(other).Admit("theirs", 1, 100, {6}, 0, 64));
+  struct Case {
+    const char* name;
+    StepBuilder step;
+    absl::StatusCode code;
+  };
+  std::vector<Case> cases;
+  auto add = [&](const char* name, absl::StatusCode code,
+                 std::function<void(StepBuilder&)> build) {
+    StepBuilder b(s);
+    build(b);
+    cases.push_back({name, b, code});
+  };
+  using C = absl::StatusCode;
+  add("unknown request", C::kNotFound, [](StepBuilder& b) { b.Release("zz"); });
+  add("another session's request", C::kNotFound,
+      [](StepBuilder& b) { b.Release("theirs"); });
+  add("duplicate admit", C::kAlreadyExists,
+      [](StepBuilder& b) { b.Admit("a", 1, 10, {}, 0); });
+  add("width 0", C::kInvalidArgument,
+      [](StepBuilder& b) { b.Admit("w0", 0, 10, {}, 0); });
+  add("width beyond the pool", C::kInvalidArgument,
+      [](StepBuilder& b) { b.Admit("w9", 9, 10, {}, 0); });
+  add("width beyond what is free", C::kResourceExhausted,
+      [](StepBuilder& b) { b.Admit("w3", 3, 10, {}, 0); });
+  add("kv hit beyond the hashes", C::kInvalidArgument,
+      [](StepBuilder& b) { b.Admit("k", 1, 10, {1}, 2); });
+  add("negative hash", C::kInvalidArgument,
+      [](StepBuilder& b) { b.Admit("n", 1, 10, {-4}, 1); });
+  add("negative num_tokens", C::kInvalidArgument,
+      [](StepBuilder& b) { b.Admit("t", 1, -10, {}, 0); });
+  add("empty request id", C::kInvalidArgument,
+      [](StepBuilder& b) { b.Admit("", 1, 10, {}, 0); });
+  add("negative checkpoint boundary", C::kInvalidArgument,
+      [](StepBuilder& b) { b.Checkpoint("a", -1, 5); });
+  add("negative checkpoint hash", C::kInvalidArgument,
+      [](StepBuilder& b) { b.Checkpoint("a", 1, -5); });
+  add("adopt without a fork source", C::kFailedPrecondition,
+      [](StepBuilder& b) { b.AdoptForkSource("a"); });
+  add("negative unindex hash", C::kInvalidArgument,
+      [](StepBuilder& b) { b.Unindex({3, -3}); });
+  add("reserve negative hash", C::kInvalidArgument,
+      [](StepBuilder& b) { b.Reserve("a", {{64, -1}}); });
+  for (Case& c : cases) {
+    const PoolSnapshot before = f.cache->DumpPool();
+    v1::GetStatsResponse stats_before;
+    f.cache->GetStats(&stats_before);
+    v1::StepResponse resp = RunStep(*f.cache, c.step);
+    ASSERT_EQ(resp.results_size(), 1) << c.name;
+    EXPECT_EQ(resp.results(0).code(), static_cast<int>(c.code))
+        << c.name << ": " << resp.results(0).message();
+    EXPECT_FALSE(resp.results(0).message().empty()) << c.name;
+    EXPECT_EQ(resp.results(0).result_case(), v1::OperationResult::RESULT_NOT_SET)
+        << c.name;
+    EXPECT_EQ(f.cache->DumpPool(), before) << c.name;
+    v1::GetStatsResponse stats_after;
+    f.cache->GetStats(&stats_after);
+    stats_after.set_uptime_seconds(stats_before.uptime_seconds());
+    EXPECT_EQ(stats_after.SerializeAsString(), stats_before.SerializeAsString())
+        << c.name;
+  }
+  EXPECT_TRUE(f.cache->CheckInvariants().ok());
+}
+
+TEST(StateCacheTest, WholeStepRefusals) {
+  Fixture f;
+  const std::string s = f.Attach();
+  v1::StepResponse resp;
+  v1::StepRequest unknown;
+  unknown.set_session_id("nope");
+  unknown.add_operations()->mutable_begin_pass();
+  EXPECT_EQ(f.cache->Step(unknown, &resp).code(), absl::StatusCode::kNotFound);
+  v1::StepRequest huge;
+  huge.set_session_id(s);
+  for (int i = 0; i < 65; ++i) huge.add_operations()->mutable_begin_pass();
+  absl::Status st = f.cache->Step(huge, &resp);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("65"), std::string::npos);
+  v1::StepRequest empty_op;
+  empty_op.set_session_id(s);
+  empty_op.add_operations();
+  EXPECT_EQ(f.cache->Step(empty_op, &resp).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(StateCacheTest, LapsedLeaseReleasesEverythingAndKeepsCheckpoints) {
+  Fixture f(4);
+  const std::string s = f.Attach();
+  RunStep(*f.cache, StepBuilder(s).Admit("a", 1, 100, {5}, 0, 64));
+  RunStep(*f.cache, StepBuilder(s).Checkpoint("a", 1, 5));  // 0 pinned, a on 1
+  RunStep(*f.cache, StepBuilder(s).Admit("b", 2, 100, {}, 0));
+  EXPECT_EQ(f.cache->DumpPool().free.size(), 0u);
+  f.clock.Advance(absl::Seconds(9));
+  v1::KeepAliveRequest ka;
+  ka.set_session_id(s);
+  v1::KeepAliveResponse kar;
+  ASSERT_TRUE(f.cache->KeepAlive(ka, &kar).ok());  // renews
+  f.clock.Advance(absl::Seconds(9));
+  f.cache->Tick();
+  EXPECT_EQ(f.cache->DumpPool().free.size(), 0u);  // still alive
+  f.clock.Advance(absl::Seconds(2));
+  f.cache->Tick();
+  const PoolSnapshot snap = f.cache->DumpPool();
+  EXPECT_EQ(snap.free.size(), 4u);
+  EXPECT_TRUE(snap.pinned.empty());
+  EXPECT_EQ(snap.hash_to_slot,
+            (std::vector<std::pair<int64_t, int64_t>>{{5, 0}}));
+  v1::GetStatsResponse stats;
+  f.cache->GetStats(&stats);
+  EXPECT_EQ(stats.sessions(), 0);
+  EXPECT_EQ(stats.lease_expiries(), 1);
+  v1::StepResponse resp;
+  absl::Status st = f.cache->Step(StepBuilder(s).BeginPass().request(), &resp);
+  EXPECT_EQ(st.code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(st.message().find("expired"), std::string::npos) << st;
+  EXPECT_TRUE(f.cache->CheckInvariants().ok());
+}
+
+TEST(StateCacheTest, ShrinkRelocatesLiveSlotsAndTellsTheSession) {
+  Fixture f(6);
+  const std::string s = f.Attach();
+  // Fill 0..5, then release the low ones so the top is live with room below.
+  RunStep(*f.cache, StepBuilder(s)
+                    .Admit("a", 1, 10, {}, 0)
+                    .Admit("b", 1, 10, {}, 0)
+                    .Admit("c", 1, 10, {}, 0)
+                    .Admit("d", 1, 10, {}, 0)
+                    .Admit("e", 1, 10, {}, 0)
+                    .Admit("top", 1, 10, {}, 0));
+  RunStep(*f.cache, StepBuilder(s).Release("a").Release("b").Release("e"));
+  absl::Status result = absl::UnknownError("not run");
+  v1::ResizeResponse out;
+  v1::ResizeRequest req;
+  req.set_target_slots(3);
+  f.cache->Resize(req, [&](absl::Status st, const v1::ResizeResponse& r) {
+    result = st;
+    out = r;
+  });
+  ASSERT_TRUE(result.ok()) << result;
+  EXPECT_EQ(out.num_slots(), 3);
+  EXPECT_EQ(out.relocated(), 2);  // top (5) -> 0, d (3) -> 1
+  auto p = RunStep(*f.cache, StepBuilder(s).BeginPass());
+  const auto& moves = p.results(0).begin_pass().moves();
+  ASSERT_EQ(moves.size(), 2);
+  EXPECT_EQ(moves[0].request_id(), "top");
+  EXPECT_EQ(moves[0].from_slot(), 5);
+  EXPECT_EQ(moves[0].to_slot(), 0);
+  EXPECT_EQ(moves[1].request_id(), "d");
+  EXPECT_EQ(moves[1].from_slot(), 3);
+  EXPECT_EQ(moves[1].to_slot(), 1);
+  EXPECT_TRUE(f.cache->CheckInvariants().ok()) << f.cache->CheckInvariants();
+  // Moves are reported once.
+  auto p2 = RunStep(*f.cache, StepBuilder(s).BeginPass());
+  EXPECT_EQ(p2.results(0).begin_pass().moves_size(), 0);
+}
+
+TEST(StateCacheTest, ShrinkWaitsForPinsThenHitsItsDeadline) {
+  Fixture f(2);
+  const std::string s = f.Attach();
+  RunStep(*f.cache, StepBuilder(s).Admit("a", 1, 100, {5}, 0, 64));
+  RunStep(*f.cache, StepBuilder(s).Checkpoint("a", 1, 5));  // 0 pinned, a on 1
+  absl::Status result = absl::UnknownError("pending");
+  v1::ResizeRequest req;
+  req.set_target_slots(1);
+  req.set_deadline_ms(1000);
+  f.cache->Resize(req, [&](absl::Status st, const v1::ResizeResponse&) {
+    result = st;
+  });
+  // Top (1) is live and slot 0 is pinned: nowhere to go yet.
+  EXPECT_EQ(result.code(), absl::StatusCode::kUnknown);
+  v1::ResizeRequest again;
+  again.set_target_slots(1);
+  absl::Status second;
+  f.cache->Resize(again, [&](absl::Status st, const v1::ResizeResponse&) {
+    second = st;
+  });
+  EXPECT_EQ(second.code(), absl::StatusCode::kAborted);
+  f.clock.Advance(absl::Seconds(2));
+  f.cache->Tick();
+  EXPECT_EQ(result.code(), absl::StatusCode::kDeadlineExceeded) << result;
+
+  // Now let the pin clear: the next resize completes from the Step.
+  result = absl::UnknownError("pending");
+  req.set_deadline_ms(60000);
+  f.cache->Resize(req, [&](absl::Status st, const v1::ResizeResponse&) {
+    result = st;
+  });
+  EXPECT_EQ(result.code(), absl::StatusCode::kUnknown);
+  RunStep(*f.cache, StepBuilder(s).BeginPass().BeginPass());
+  EXPECT_TRUE(result.ok()) << result;
+  EXPECT_EQ(f.cache->DumpPool().num_slots, 1);
+  auto p = RunStep(*f.cache, StepBuilder(s).BeginPass());
+  ASSERT_EQ(p.results(0).begin_pass().moves_size(), 1);
+  EXPECT_EQ(p.results(0).begin_pass().moves(0).to_slot(), 0);
+  EXPECT_TRUE(f.cache->CheckInvariants().ok()) << f.cache->CheckInvariants();
+}
+
+TEST(StateCacheTest, GrowIsImmediate) {
+  Fixture f(2);
+  absl::Status result = absl::UnknownError("pending");
+  v1::ResizeRequest req;
+  req.set_target_slots(10);
+  f.cache->Resize(req, [&](absl::Status st, const v1::ResizeResponse& r) {
+    result = st;
+    EXPECT_EQ(r.num_slots(), 10);
+  });
+  EXPECT_TRUE(result.ok());
+  req.set_target_slots(0);
+  f.cache->Resize(req, [&](absl::Status st, const v1::ResizeResponse&) {
+    result = st;
+  });
+  EXPECT_EQ(result.code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A single session's steps make the decisions the reference's caller makes.
+// The mirror drives a plain SlotPool (proven equal to the reference by the
+// parity suite) with the reference caller's call sequence; after every step
+// the daemon's pool must be identical to it.
+TEST(StateCacheTest, OneSessionMatchesTheReferenceCallSequence) {
+  constexpr int64_t kSlots = 12;
+  Fixture f(kSlots);
+  SlotPool mirror = *SlotPool::Create(
+      kSlots, *StateTransfer::Create(TransferKind::kFork, 1, true), kBlock);
+  const std::string s = f.Attach();
+  std::mt19937_64 rng(7);
+  struct Mirror {
+    std::vector<int64_t> slots;
+    int64_t fork_src = -1;
+    std::vector<Reservation> reservations;
+    Sequence seq;
+    std::vector<int64_t> hashes;
+  };
+  std::map<std::string, Mirror> live;
+  std::vector<std::vector<int64_t>> convs;  // block hashes of each conversation
+  int next_id = 0;
+  auto chain = [&](std::vector<int64_t> h, int add) {
+    for (int i = 0; i < add; ++i) {
+      h.push_back(static_cast<int64_t>(
+          (rng() ^ (h.empty() ? 0 : static_cast<uint64_t>(h.back()) * 31)) >> 1));
+    }
+    return h;
+  };
+  for (int pass = 0; pass < 400; ++pass) {
+    StepBuilder step(s);
+    step.BeginPass();
+    mirror.ReleasePins();
+    for (auto& [id, m] : live) {
+      // The mirror's pin clock also forgets the readers' sources.
+      if (m.fork_src >= 0 && !*mirror.IsPinned(m.fork_src)) m.fork_src = -1;
+    }
+    std::vector<std::string> admitted;
+    // Admit up to 2 requests.
+    for (int k = 0; k < 2; ++k) {
+      std::vector<int64_t> hashes;
+      const bool resume = !convs.empty() && rng() % 3 != 0;
+      if (resume) {
+        auto& conv = convs[rng() % convs.size()];
+        conv = chain(conv, 1 + rng() % 2);
+        hashes = conv;
+      } else {
+        hashes = chain({}, 1 + rng() % 3);
+        convs.push_back(hashes);
+      }
+      const int64_t tokens = static_cast<int64_t>(hashes.size()) * kBlock + 5;
+      const int kv_hit = static_cast<int>(hashes.size()) - (resume ? 1 : 0) -
+                         (rng() % 4 == 0 ? 1 : 0);
+      const int hit = std::max(0, kv_hit);
+      const std::string id = absl::StrCat("r", next_id++);
+      const int64_t anchor = static_cast<int64_t>(hashes.size()) * kBlock;
+      if (!*mirror.HasFree(1)) break;
+      step.Admit(id, 1, tokens, hashes, hit, anchor);
+      // The reference caller's admission.
+      Mirror m;
+      m.seq = Sequence{-1, tokens, true, anchor, 0};
+      m.hashes = hashes;
+      int64_t L = *mirror.ResumableHit(m.seq, hit, hashes, false);
+      int64_t src = L > 0 ? *mirror.Lookup(hashes[L - 1]) : -1;
+      bool pinned = false;
+      if (src >= 0) {
+        pinned = *mirror.IsPinned(src);
+        if (!pinned && !*mirror.IsFree(src)) src = -1, L = 0;
+      }
+      if (src >= 0) {
+        ASSERT_TRUE(mirror.Promote(src).ok());
+        if (!pinned) ASSERT_TRUE(mirror.Claim(src).ok());
+        if (*mirror.HasFree(1)) {
+          m.slots = *mirror.PopMany(1);
+          ASSERT_TRUE(mirror.Pin(src, false).ok());
+          m.fork_src = src;
+        } else {
+          m.slots = {src};
+        }
+      } else {
+        m.slots = *mirror.PopMany(1);
+      }
+      m.seq.state_slot = m.slots[0];
+      live[id] = m;
+      admitted.push_back(id);
+    }
+    // Midstep for one admitted request, checkpoint in postprocess.
+    for (const std::string& id : admitted) {
+      Mirror& m = live[id];
+      if (rng() % 2 == 0 && m.hashes.size() >= 2) {
+        const int64_t b = 1;
+        step.Reserve(id, {{b * kBlock, m.hashes[b - 1]}});
+        m.reservations = *mirror.ReserveMidstep(
+            m.seq, {{b * kBlock, m.hashes[b - 1]}});
+        step.Publish(id);
+        ASSERT_TRUE(mirror.PublishMidstep(m.reservations, m.seq).ok());
+        m.reservations.clear();
+      }
+      const int64_t blocks = static_cast<int64_t>(m.hashes.size());
+      step.Checkpoint(id, blocks, m.hashes.back());
+      CheckpointResult r = *mirror.Checkpoint(m.seq, blocks, m.hashes.back());
+      if (r.state_fork_src >= 0) {
+        m.slots[0] = r.state_slot;
+        m.seq.state_slot = r.state_slot;
+        m.fork_src = r.state_fork_src;
+      }
+    }
+    // Finish some requests.
+    std::vector<std::string> finished;
+    for (auto& [id, m] : live) {
+      if (rng() % 3 == 0) finished.push_back(id);
+    }
+    for (const std::string& id : finished) {
+      Mirror& m = live[id];
+      step.Release(id);
+      ASSERT_TRUE(mirror.ReleaseMany(m.slots).ok());
+      ASSERT_TRUE(mirror.DropReader(m.fork_src).ok());
+      live.erase(id);
+    }
+    if (pass % 37 == 0 && !convs.empty()) {
+      const auto& conv = convs[rng() % convs.size()];
+      step.Unindex({conv.front()});
+      ASSERT_TRUE(mirror.Unindex(conv.front()).ok());
+    }
+    v1::StepResponse resp = RunStep(*f.cache, step);
+    for (const auto& r : resp.results()) {
+      ASSERT_EQ(r.code(), 0) << "pass " << pass << ": " << r.message();
+    }
+    PoolSnapshot got = f.cache->DumpPool();
+    PoolSnapshot want = mirror.Dump();
+    ASSERT_EQ(got, want) << "pass " << pass;
+    ASSERT_TRUE(f.cache->CheckInvariants().ok()) << f.cache->CheckInvariants();
+  }
+  const CheckpointFates fates = mirror.Fates();
+  EXPECT_GT(fates.kept, 100);
+  EXPECT_GT(fates.evicted, 0);
+  v1::GetStatsResponse stats;
+  f.cache->GetStats(&stats);
+  EXPECT_GT(stats.resumes_fork() + stats.resumes_adopt(), 20);
+}
+
+}  // namespace
+}  // namespace statecache
