@@ -44,6 +44,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -159,7 +161,7 @@ absl::StatusOr<StateCacheOptions> OptionsFromFlags() {
 
 // The filesystem path of a "unix:PATH" or "unix:///PATH" address; nullopt for
 // anything else (TCP, unix-abstract:).
-std::optional<std::string> UnixSocketPath(std::string_view address) {
+std::optional<std::string> UnixSocketPath(absl::string_view address) {
   if (!absl::ConsumePrefix(&address, "unix:")) return std::nullopt;
   if (absl::StartsWith(address, "//")) address.remove_prefix(2);
   return std::string(address);
@@ -235,7 +237,7 @@ std::string EffectiveAddress(const std::string& address, int selected_port) {
   return absl::StrCat(address.substr(0, colon + 1), selected_port);
 }
 
-bool IsLoopback(std::string_view address) {
+bool IsLoopback(absl::string_view address) {
   return absl::StartsWith(address, "127.") ||
          absl::StartsWith(address, "localhost:") ||
          absl::StartsWith(address, "[::1]:") ||
@@ -376,8 +378,16 @@ int Serve() {
   if (socket_path && ::chmod(socket_path->c_str(), 0660) != 0) {
     LOG_WARNING("chmod 0660 %s: %s", *socket_path, std::strerror(errno));
   }
+  // Health: the server as a whole ("") and each service by name.
   grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
-  if (health != nullptr) health->SetServingStatus(true);
+  auto set_serving = [health](bool serving) {
+    if (health == nullptr) return;
+    health->SetServingStatus(v1::StateCache::service_full_name(), serving);
+    health->SetServingStatus(v1::StateCacheAdmin::service_full_name(),
+                             serving);
+    health->SetServingStatus(serving);
+  };
+  set_serving(true);
 
   MaintenanceThread maintenance(cache->get(), &events);
 
@@ -399,7 +409,7 @@ int Serve() {
   // flight finish; after the grace period gRPC cancels the rest (a pending
   // Resize call finishes CANCELLED).
   (*cache)->SetDraining(true);
-  if (health != nullptr) health->SetServingStatus(false);
+  set_serving(false);
   server->Shutdown(absl::ToChronoTime(absl::Now() +
                                       absl::GetFlag(FLAGS_shutdown_grace)));
   maintenance.Stop();

@@ -1,8 +1,13 @@
-// CheckpointLru: the free slots that still hold a checkpoint, in LRU order.
+// The free slots that still hold a checkpoint, in LRU order.
 //
-// An intrusive doubly linked list over slot indices: links live in two arrays
-// indexed by slot, so insert, remove, and in-place replacement are O(1) and no
-// node is ever allocated. The head is what a shortage spends first.
+// IntrusiveLru is a doubly linked list threaded through per-slot records
+// (any Node with an `LruLinks lru` member), so insert, remove and in-place
+// replacement are O(1), nothing is ever allocated, and a slot's links share a
+// cache line with the rest of its state. The list keeps only head, tail and
+// size; the records live in the caller's vector, passed to every call (so
+// the owner stays freely movable). The head is what a shortage spends first.
+//
+// CheckpointLru is the same list with storage of its own.
 //
 // Thread-compatible.
 #ifndef STATECACHE_DAEMON_CORE_CHECKPOINT_LRU_H_
@@ -13,40 +18,119 @@
 
 namespace statecache {
 
-class CheckpointLru {
- public:
-  static constexpr int32_t kNil = -1;
+inline constexpr int32_t kNilSlot = -1;
 
-  // Makes room for slot indices [0, capacity). Never shrinks.
-  void Grow(int64_t capacity);
+struct LruLinks {
+  int32_t prev = kNilSlot;
+  int32_t next = kNilSlot;
+};
+
+template <typename Node>
+class IntrusiveLru {
+ public:
+  using Nodes = std::vector<Node>;
 
   int64_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
-  bool Contains(int64_t slot) const { return in_list_[slot] != 0; }
   // REQUIRES: !empty().
   int64_t Front() const { return head_; }
-  // The slot after `slot`, or kNil. REQUIRES: Contains(slot).
-  int64_t Next(int64_t slot) const { return next_[slot]; }
 
-  // REQUIRES: !Contains(slot), slot < capacity.
-  void PushFront(int64_t slot);
-  void PushBack(int64_t slot);
-  // REQUIRES: Contains(slot).
-  void Remove(int64_t slot);
+  // REQUIRES (all): `slot` indexes `nodes`; membership as each says.
+  // The slot after `slot`, or kNilSlot. REQUIRES: `slot` linked.
+  static int64_t Next(const Nodes& nodes, int64_t slot) {
+    return nodes[slot].lru.next;
+  }
+  // REQUIRES: `slot` not linked.
+  void PushFront(Nodes& nodes, int64_t slot) {
+    const auto s = static_cast<int32_t>(slot);
+    nodes[s].lru = LruLinks{kNilSlot, head_};
+    if (head_ != kNilSlot) nodes[head_].lru.prev = s; else tail_ = s;
+    head_ = s;
+    ++size_;
+  }
+  void PushBack(Nodes& nodes, int64_t slot) {
+    const auto s = static_cast<int32_t>(slot);
+    nodes[s].lru = LruLinks{tail_, kNilSlot};
+    if (tail_ != kNilSlot) nodes[tail_].lru.next = s; else head_ = s;
+    tail_ = s;
+    ++size_;
+  }
+  // REQUIRES: `slot` linked.
+  void Remove(Nodes& nodes, int64_t slot) {
+    const LruLinks links = nodes[slot].lru;
+    if (links.prev != kNilSlot) nodes[links.prev].lru.next = links.next;
+    else head_ = links.next;
+    if (links.next != kNilSlot) nodes[links.next].lru.prev = links.prev;
+    else tail_ = links.prev;
+    nodes[slot].lru = LruLinks{};
+    --size_;
+  }
   // `replacement` takes `slot`'s place in the order.
-  // REQUIRES: Contains(slot), !Contains(replacement).
-  void Replace(int64_t slot, int64_t replacement);
-
+  // REQUIRES: `slot` linked, `replacement` not.
+  void Replace(Nodes& nodes, int64_t slot, int64_t replacement) {
+    const auto r = static_cast<int32_t>(replacement);
+    const LruLinks links = nodes[slot].lru;
+    nodes[r].lru = links;
+    if (links.prev != kNilSlot) nodes[links.prev].lru.next = r; else head_ = r;
+    if (links.next != kNilSlot) nodes[links.next].lru.prev = r; else tail_ = r;
+    nodes[slot].lru = LruLinks{};
+  }
   // Head-to-tail order. O(size).
-  std::vector<int64_t> ToVector() const;
+  std::vector<int64_t> ToVector(const Nodes& nodes) const {
+    std::vector<int64_t> out;
+    out.reserve(size_);
+    for (int32_t s = head_; s != kNilSlot; s = nodes[s].lru.next) {
+      out.push_back(s);
+    }
+    return out;
+  }
 
  private:
-  std::vector<int32_t> prev_;
-  std::vector<int32_t> next_;
-  std::vector<uint8_t> in_list_;
-  int32_t head_ = kNil;
-  int32_t tail_ = kNil;
+  int32_t head_ = kNilSlot;
+  int32_t tail_ = kNilSlot;
   int64_t size_ = 0;
+};
+
+class CheckpointLru {
+ public:
+  static constexpr int32_t kNil = kNilSlot;
+
+  // Makes room for slot indices [0, capacity). Never shrinks.
+  void Grow(int64_t capacity) {
+    if (capacity > static_cast<int64_t>(nodes_.size())) nodes_.resize(capacity);
+  }
+  int64_t size() const { return list_.size(); }
+  bool empty() const { return list_.empty(); }
+  bool Contains(int64_t slot) const { return nodes_[slot].linked; }
+  int64_t Front() const { return list_.Front(); }
+  int64_t Next(int64_t slot) const { return List::Next(nodes_, slot); }
+  void PushFront(int64_t slot) {
+    list_.PushFront(nodes_, slot);
+    nodes_[slot].linked = true;
+  }
+  void PushBack(int64_t slot) {
+    list_.PushBack(nodes_, slot);
+    nodes_[slot].linked = true;
+  }
+  void Remove(int64_t slot) {
+    list_.Remove(nodes_, slot);
+    nodes_[slot].linked = false;
+  }
+  void Replace(int64_t slot, int64_t replacement) {
+    list_.Replace(nodes_, slot, replacement);
+    nodes_[slot].linked = false;
+    nodes_[replacement].linked = true;
+  }
+  std::vector<int64_t> ToVector() const { return list_.ToVector(nodes_); }
+
+ private:
+  struct Node {
+    LruLinks lru;
+    bool linked = false;
+  };
+  using List = IntrusiveLru<Node>;
+  std::vector<Node> nodes_;
+  List list_;
 };
 
 }  // namespace statecache

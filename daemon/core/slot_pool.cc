@@ -50,7 +50,7 @@ SlotPool::SlotPool(int64_t num_slots, StateTransfer transfer,
       hash_block_size_(hash_block_size) {
   GrowTo(num_slots);
   for (int64_t s = 0; s < num_slots; ++s) {
-    free_[s] = 1;
+    Set(s, kFree);
     vacant_.Insert(s);
   }
   num_free_ = num_slots;
@@ -58,13 +58,10 @@ SlotPool::SlotPool(int64_t num_slots, StateTransfer transfer,
 
 void SlotPool::GrowTo(int64_t capacity) {
   if (capacity <= this->capacity()) return;
-  slot_hash_.resize(capacity, -1);
-  free_.resize(capacity, 0);
-  speculative_.resize(capacity, 0);
-  deferred_.resize(capacity, 0);
-  reserved_.resize(capacity, 0);
+  slots_.resize(capacity);
+  reservation_.resize(capacity);
+  scratch_.resize(capacity, 0);
   vacant_.Grow(capacity);
-  checkpointed_.Grow(capacity);
 }
 
 // ---------------------------------------------------------------- checks
@@ -77,29 +74,42 @@ absl::Status SlotPool::CheckSlot(int64_t slot, const char* what) const {
   return absl::OkStatus();
 }
 
+void SlotPool::NewScratchGeneration() const {
+  if (++scratch_generation_ == 0) {
+    // Wrapped: forget every old mark once in 2^32 calls.
+    std::fill(scratch_.begin(), scratch_.end(), 0);
+    scratch_generation_ = 1;
+  }
+}
+
+bool SlotPool::SeenBefore(int64_t slot) const {
+  if (scratch_[slot] == scratch_generation_) return true;
+  scratch_[slot] = scratch_generation_;
+  return false;
+}
+
 absl::Status SlotPool::CheckReservations(
     const std::vector<Reservation>& reservations, const char* what) const {
-  absl::flat_hash_set<int64_t> seen;
+  NewScratchGeneration();
   for (const Reservation& r : reservations) {
     RETURN_IF_ERROR(CheckSlot(r.slot, what));
-    if (!seen.insert(r.slot).second) {
+    if (SeenBefore(r.slot)) {
       return absl::InvalidArgumentError(absl::StrCat(
           what, ": slot ", r.slot, " is named twice"));
     }
-    auto it = reservations_.find(r.slot);
-    if (it == reservations_.end()) {
+    if (!Is(r.slot, kReserved)) {
       return absl::FailedPreconditionError(absl::StrCat(
           what, ": slot ", r.slot,
           " holds no outstanding reservation (never reserved, or already "
           "published or cancelled)"));
     }
-    if (it->second.first != r.position || it->second.second != r.hash) {
+    const auto& [position, hash] = reservation_[r.slot];
+    if (position != r.position || hash != r.hash) {
       return absl::FailedPreconditionError(absl::StrCat(
-          what, ": slot ", r.slot, " was reserved for position ",
-          it->second.first, " hash ", it->second.second, ", not position ",
-          r.position, " hash ", r.hash));
+          what, ": slot ", r.slot, " was reserved for position ", position,
+          " hash ", hash, ", not position ", r.position, " hash ", r.hash));
     }
-    if (pinned_.contains(r.slot)) {
+    if (slots_[r.slot].pins > 0) {
       return absl::FailedPreconditionError(absl::StrCat(
           what, ": reserved slot ", r.slot, " is pinned"));
     }
@@ -119,12 +129,12 @@ absl::StatusOr<bool> SlotPool::HasFree(int64_t count) const {
 
 absl::StatusOr<bool> SlotPool::IsFree(int64_t slot) const {
   RETURN_IF_ERROR(CheckSlot(slot, "is_free"));
-  return free_[slot] != 0;
+  return Is(slot, kFree);
 }
 
 absl::StatusOr<bool> SlotPool::HoldsCheckpoint(int64_t slot) const {
   RETURN_IF_ERROR(CheckSlot(slot, "holds_checkpoint"));
-  return free_[slot] != 0 && slot_hash_[slot] != -1;
+  return Is(slot, kInLru);
 }
 
 absl::StatusOr<int64_t> SlotPool::Pop() {
@@ -153,14 +163,23 @@ int64_t SlotPool::PopUnchecked() {
   int64_t slot = PopVacant();
   if (slot < 0) {
     slot = checkpointed_.Front();
-    checkpointed_.Remove(slot);
-    free_[slot] = 0;
+    checkpointed_.Remove(slots_, slot);
+    Clear(slot, kFree | kInLru);
     --num_free_;
     ++fates_.evicted;
+    // Evictions walk the LRU in order, so the next ones are known: start
+    // fetching what they will touch. The new head's record was fetched by
+    // the previous eviction, so reading it here is cheap; fetch its index
+    // entry, and the record after it.
+    if (!checkpointed_.empty()) {
+      const SlotState& head = slots_[checkpointed_.Front()];
+      hash_to_slot_.prefetch(head.hash);
+      if (head.lru.next != kNilSlot) __builtin_prefetch(&slots_[head.lru.next], 1);
+    }
   }
   // The guess goes with the content; not folded into Invalidate, which also
   // runs on the re-file inside Index and would clear a mark just made.
-  speculative_[slot] = 0;
+  Clear(slot, kSpeculative);
   InvalidateUnchecked(slot);
   return slot;
 }
@@ -169,14 +188,14 @@ int64_t SlotPool::PopVacant() {
   const int64_t slot = vacant_.Min();
   if (slot < 0) return -1;
   vacant_.Erase(slot);
-  free_[slot] = 0;
+  Clear(slot, kFree);
   --num_free_;
   return slot;
 }
 
 absl::Status SlotPool::Claim(int64_t slot) {
   RETURN_IF_ERROR(CheckSlot(slot, "claim"));
-  if (!free_[slot]) {
+  if (!Is(slot, kFree)) {
     return absl::FailedPreconditionError(
         absl::StrCat("claim: slot ", slot, " is not free"));
   }
@@ -185,14 +204,14 @@ absl::Status SlotPool::Claim(int64_t slot) {
 }
 
 void SlotPool::ClaimUnchecked(int64_t slot) {
-  if (!free_[slot]) return;
-  free_[slot] = 0;
+  if (!Is(slot, kFree)) return;
   --num_free_;
-  if (slot_hash_[slot] != -1) {
-    checkpointed_.Remove(slot);
+  if (Is(slot, kInLru)) {
+    checkpointed_.Remove(slots_, slot);
   } else {
     vacant_.Erase(slot);
   }
+  Clear(slot, kFree | kInLru);
 }
 
 absl::Status SlotPool::MarkSpeculative(int64_t slot) {
@@ -202,27 +221,27 @@ absl::Status SlotPool::MarkSpeculative(int64_t slot) {
 }
 
 void SlotPool::MarkSpeculativeUnchecked(int64_t slot) {
-  if (enabled_) speculative_[slot] = 1;
+  if (enabled_) Set(slot, kSpeculative);
 }
 
 absl::Status SlotPool::Promote(int64_t slot) {
   RETURN_IF_ERROR(CheckSlot(slot, "promote"));
-  if (!enabled_ || !speculative_[slot]) return absl::OkStatus();
-  speculative_[slot] = 0;
-  if (free_[slot] && slot_hash_[slot] != -1) {
-    checkpointed_.Remove(slot);
-    checkpointed_.PushBack(slot);
+  if (!enabled_ || !Is(slot, kSpeculative)) return absl::OkStatus();
+  Clear(slot, kSpeculative);
+  if (Is(slot, kInLru)) {
+    checkpointed_.Remove(slots_, slot);
+    checkpointed_.PushBack(slots_, slot);
   }
   return absl::OkStatus();
 }
 
 absl::Status SlotPool::Release(int64_t slot) {
   RETURN_IF_ERROR(CheckSlot(slot, "release"));
-  if (free_[slot]) {
+  if (Is(slot, kFree)) {
     return absl::FailedPreconditionError(
         absl::StrCat("release: slot ", slot, " is already free"));
   }
-  if (pinned_.contains(slot)) {
+  if (slots_[slot].pins > 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         "release: slot ", slot,
         " is pinned as a fork source; it goes back through release_pins, "
@@ -233,38 +252,36 @@ absl::Status SlotPool::Release(int64_t slot) {
 }
 
 void SlotPool::ReleaseUnchecked(int64_t slot) {
-  if (reserved_[slot]) {
-    reserved_[slot] = 0;
-    reservations_.erase(slot);
-  }
-  free_[slot] = 1;
+  Clear(slot, kReserved);
+  Set(slot, kFree);
   ++num_free_;
-  if (slot_hash_[slot] != -1) {
-    if (speculative_[slot]) {
-      checkpointed_.PushFront(slot);
+  if (slots_[slot].hash != -1) {
+    if (Is(slot, kSpeculative)) {
+      checkpointed_.PushFront(slots_, slot);
     } else {
-      checkpointed_.PushBack(slot);
+      checkpointed_.PushBack(slots_, slot);
     }
+    Set(slot, kInLru);
     return;
   }
-  speculative_[slot] = 0;
+  Clear(slot, kSpeculative);
   vacant_.Insert(slot);
 }
 
 absl::Status SlotPool::ReleaseMany(const std::vector<int64_t>& slots) {
-  absl::flat_hash_set<int64_t> seen;
+  NewScratchGeneration();
   for (int64_t slot : slots) {
     if (slot == -1) continue;
     RETURN_IF_ERROR(CheckSlot(slot, "release_many"));
-    if (!seen.insert(slot).second) {
+    if (SeenBefore(slot)) {
       return absl::InvalidArgumentError(
           absl::StrCat("release_many: slot ", slot, " is named twice"));
     }
-    if (free_[slot]) {
+    if (Is(slot, kFree)) {
       return absl::FailedPreconditionError(
           absl::StrCat("release_many: slot ", slot, " is already free"));
     }
-    if (pinned_.contains(slot)) {
+    if (slots_[slot].pins > 0) {
       return absl::FailedPreconditionError(absl::StrCat(
           "release_many: slot ", slot, " is pinned as a fork source"));
     }
@@ -276,13 +293,13 @@ absl::Status SlotPool::ReleaseMany(const std::vector<int64_t>& slots) {
 }
 
 void SlotPool::SetHash(int64_t slot, int64_t hash) {
-  if (!free_[slot]) {
-    slot_hash_[slot] = hash;
+  if (!Is(slot, kFree)) {
+    slots_[slot].hash = hash;
     return;
   }
   // Re-file a free slot into the half its new content puts it in.
   ClaimUnchecked(slot);
-  slot_hash_[slot] = hash;
+  slots_[slot].hash = hash;
   ReleaseUnchecked(slot);
 }
 
@@ -298,7 +315,7 @@ absl::Status SlotPool::Extend(int64_t count) {
   for (int64_t slot = num_slots_; slot < num_slots_ + count; ++slot) {
     // Reuses a retired index's entry without touching hash_to_slot, as the
     // reference does.
-    slot_hash_[slot] = -1;
+    slots_[slot].hash = -1;
     ReleaseUnchecked(slot);
   }
   num_slots_ += count;
@@ -310,9 +327,9 @@ absl::StatusOr<std::optional<SlotRetirement>> SlotPool::RetireTop() {
   if (top < 0) {
     return absl::FailedPreconditionError("retire_top: the pool has no slots");
   }
-  if (pinned_.contains(top)) return std::optional<SlotRetirement>();
-  const bool held = free_[top] && slot_hash_[top] != -1;
-  if (free_[top] && !held) {
+  if (slots_[top].pins > 0) return std::optional<SlotRetirement>();
+  const bool held = Is(top, kInLru);
+  if (Is(top, kFree) && !held) {
     ClaimUnchecked(top);
     --num_slots_;
     return std::optional<SlotRetirement>(SlotRetirement{top, -1, false});
@@ -325,16 +342,16 @@ absl::StatusOr<std::optional<SlotRetirement>> SlotPool::RetireTop() {
     SpendCheckpoint(top);
   } else if (held) {
     RehomeCheckpoint(top, dst);
-    if (speculative_[top]) {
-      speculative_[top] = 0;
-      speculative_[dst] = 1;
+    // The mark follows the content (corrections.py, second defect).
+    if (Is(top, kSpeculative)) {
+      Clear(top, kSpeculative);
+      Set(dst, kSpeculative);
     }
-  } else if (reserved_[top]) {
+  } else if (Is(top, kReserved)) {
     // A live reservation moves with its bytes.
-    reserved_[top] = 0;
-    reserved_[dst] = 1;
-    reservations_[dst] = reservations_[top];
-    reservations_.erase(top);
+    Clear(top, kReserved);
+    Set(dst, kReserved);
+    reservation_[dst] = reservation_[top];
   }
   --num_slots_;
   return std::optional<SlotRetirement>(SlotRetirement{top, dst, held});
@@ -342,8 +359,8 @@ absl::StatusOr<std::optional<SlotRetirement>> SlotPool::RetireTop() {
 
 void SlotPool::SpendCheckpoint(int64_t slot) {
   ClaimUnchecked(slot);
-  ++fates_.evicted;
-  speculative_[slot] = 0;
+  ++fates_.evicted;  // corrections.py, first defect: shrinking evicts too
+  Clear(slot, kSpeculative);
   InvalidateUnchecked(slot);
 }
 
@@ -352,19 +369,19 @@ int64_t SlotPool::TakeRelocationTarget(int64_t exclude) {
   if (vacant >= 0) return vacant;
   if (checkpointed_.empty()) return -1;
   int64_t slot = checkpointed_.Front();
-  if (slot == exclude) slot = checkpointed_.Next(slot);
-  if (slot == CheckpointLru::kNil) return -1;
+  if (slot == exclude) slot = IntrusiveLru<SlotState>::Next(slots_, slot);
+  if (slot == kNilSlot) return -1;
   SpendCheckpoint(slot);
   return slot;
 }
 
 void SlotPool::RehomeCheckpoint(int64_t src, int64_t dst) {
-  const int64_t hash = slot_hash_[src];
-  checkpointed_.Replace(src, dst);
-  free_[src] = 0;
-  free_[dst] = 1;  // dst was taken off the free list by the target search
-  slot_hash_[src] = -1;
-  slot_hash_[dst] = hash;
+  const int64_t hash = slots_[src].hash;
+  checkpointed_.Replace(slots_, src, dst);
+  Clear(src, kFree | kInLru);
+  Set(dst, kFree | kInLru);  // dst was taken off the list by the search
+  slots_[src].hash = -1;
+  slots_[dst].hash = hash;
   hash_to_slot_[hash] = dst;
 }
 
@@ -386,18 +403,18 @@ absl::StatusOr<int64_t> SlotPool::ResumableHit(
   if (transfer_.replays()) return hit;
   const int64_t min_fork_tokens = transfer_.fork_tokens();
   for (int64_t i = hit - 1; i >= 0; --i) {
-    if (!assume_checkpointed && !hash_to_slot_.contains(block_hashes[i])) {
-      continue;
-    }
     // num_tokens - (i+1)*hbs >= min_fork_tokens, without overflow on
-    // caller-supplied values.
+    // caller-supplied values. Tested before the lookup: it is cheaper.
     int64_t covered = 0;
     int64_t room = 0;
     if (__builtin_mul_overflow(i + 1, hash_block_size_, &covered) ||
-        __builtin_sub_overflow(seq.num_tokens, covered, &room)) {
+        __builtin_sub_overflow(seq.num_tokens, covered, &room) ||
+        room < min_fork_tokens) {
       continue;
     }
-    if (room >= min_fork_tokens) return i + 1;
+    if (assume_checkpointed || hash_to_slot_.contains(block_hashes[i])) {
+      return i + 1;
+    }
   }
   return 0;
 }
@@ -419,14 +436,15 @@ absl::StatusOr<std::vector<Reservation>> SlotPool::ReserveMidstep(
   }
   std::vector<Reservation> out;
   if (!Applies(seq) || !transfer_.readable_midstep()) return out;
+  out.reserve(positions.size());
   for (const auto& [pos, hash] : positions) {
     if (num_free_ < 1) {
       ++fates_.dropped;
       break;
     }
     const int64_t slot = PopUnchecked();
-    reserved_[slot] = 1;
-    reservations_[slot] = {pos, hash};
+    Set(slot, kReserved);
+    reservation_[slot] = {pos, hash};
     out.push_back(Reservation{slot, pos, hash});
   }
   return out;
@@ -481,7 +499,7 @@ absl::StatusOr<CheckpointResult> SlotPool::Checkpoint(const Sequence& seq,
   const int64_t old = seq.state_slot;
   if (old < 0) return result;
   RETURN_IF_ERROR(CheckSlot(old, "checkpoint: seq.state_slot"));
-  if (free_[old]) {
+  if (Is(old, kFree)) {
     return absl::FailedPreconditionError(absl::StrCat(
         "checkpoint: seq.state_slot ", old,
         " is free; only a live committed slot can be checkpointed"));
@@ -490,6 +508,8 @@ absl::StatusOr<CheckpointResult> SlotPool::Checkpoint(const Sequence& seq,
     ++fates_.dropped;
     return result;
   }
+  // Start fetching the index entry Index() will write; Pop runs meanwhile.
+  hash_to_slot_.prefetch(hash);
   const std::optional<int64_t> known = AnchorOf(&seq);
   int64_t boundary_pos = 0;
   const bool overflows =
@@ -564,7 +584,7 @@ absl::Status SlotPool::Invalidate(int64_t slot) {
 
 void SlotPool::InvalidateUnchecked(int64_t slot) {
   if (!enabled_) return;
-  const int64_t hash = slot_hash_[slot];
+  const int64_t hash = slots_[slot].hash;
   if (hash == -1) return;
   SetHash(slot, -1);
   auto it = hash_to_slot_.find(hash);
@@ -575,7 +595,7 @@ void SlotPool::InvalidateUnchecked(int64_t slot) {
 
 absl::Status SlotPool::Pin(int64_t slot, bool reader_is_next_batch) {
   RETURN_IF_ERROR(CheckSlot(slot, "pin"));
-  if (free_[slot]) {
+  if (Is(slot, kFree)) {
     return absl::FailedPreconditionError(absl::StrCat(
         "pin: slot ", slot,
         " is free; claim it (or hold it live) before pinning it as a fork "
@@ -586,24 +606,27 @@ absl::Status SlotPool::Pin(int64_t slot, bool reader_is_next_batch) {
 }
 
 void SlotPool::PinUnchecked(int64_t slot, bool reader_is_next_batch) {
-  ++pinned_[slot];
-  if (reader_is_next_batch) deferred_[slot] = 1;
+  SlotState& st = slots_[slot];
+  if (st.pins++ == 0) {
+    st.pinned_pos = static_cast<int32_t>(pinned_.size());
+    pinned_.push_back(static_cast<int32_t>(slot));
+  }
+  if (reader_is_next_batch) Set(slot, kDeferred);
 }
 
 absl::StatusOr<bool> SlotPool::IsPinned(int64_t slot) const {
   RETURN_IF_ERROR(CheckSlot(slot, "is_pinned"));
-  return pinned_.contains(slot);
+  return slots_[slot].pins > 0;
 }
 
 absl::StatusOr<int64_t> SlotPool::PinCount(int64_t slot) const {
   RETURN_IF_ERROR(CheckSlot(slot, "pin_count"));
-  auto it = pinned_.find(slot);
-  return it == pinned_.end() ? 0 : it->second;
+  return slots_[slot].pins;
 }
 
 absl::Status SlotPool::Unpin(int64_t slot) {
   RETURN_IF_ERROR(CheckSlot(slot, "unpin"));
-  if (!pinned_.contains(slot)) {
+  if (slots_[slot].pins == 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("unpin: slot ", slot, " is not pinned"));
   }
@@ -612,60 +635,68 @@ absl::Status SlotPool::Unpin(int64_t slot) {
 }
 
 void SlotPool::UnpinUnchecked(int64_t slot) {
-  auto it = pinned_.find(slot);
-  if (it == pinned_.end()) return;
-  if (it->second <= 1) {
-    pinned_.erase(it);
-    deferred_[slot] = 0;
-  } else {
-    --it->second;
-  }
+  SlotState& st = slots_[slot];
+  if (st.pins == 0) return;
+  if (--st.pins > 0) return;
+  // Off the pinned list: swap the last entry into this one's place.
+  const int32_t pos = st.pinned_pos;
+  const int32_t last = pinned_.back();
+  pinned_[pos] = last;
+  slots_[last].pinned_pos = pos;
+  pinned_.pop_back();
+  st.pinned_pos = -1;
+  Clear(slot, kDeferred);
 }
 
 absl::Status SlotPool::DropReader(int64_t slot) {
   if (slot == -1) return absl::OkStatus();
   RETURN_IF_ERROR(CheckSlot(slot, "drop_reader"));
-  if (!pinned_.contains(slot)) return absl::OkStatus();
+  if (slots_[slot].pins == 0) return absl::OkStatus();
   UnpinUnchecked(slot);
-  if (!pinned_.contains(slot)) ReleaseUnchecked(slot);
+  if (slots_[slot].pins == 0) ReleaseUnchecked(slot);
   return absl::OkStatus();
 }
 
 void SlotPool::ReleasePins() {
   if (pinned_.empty()) return;
   // Slot order, as the reference's sorted(); deferred pins survive one pass
-  // and lose their deferral.
-  for (auto it = pinned_.begin(); it != pinned_.end();) {
-    const int64_t slot = it->first;
-    if (deferred_[slot]) {
-      deferred_[slot] = 0;
-      ++it;
+  // and lose their deferral. The list holds only pinned slots, so this is
+  // O(p log p) in the pins, not in the pool.
+  std::vector<int32_t> order(pinned_);
+  std::sort(order.begin(), order.end());
+  for (int32_t slot : order) {
+    if (Is(slot, kDeferred)) {
+      Clear(slot, kDeferred);
       continue;
     }
-    it = pinned_.erase(it);
+    slots_[slot].pins = 1;
+    UnpinUnchecked(slot);
     ReleaseUnchecked(slot);
   }
 }
 
 absl::Status SlotPool::ReleasePin(int64_t slot, int64_t count) {
   RETURN_IF_ERROR(CheckSlot(slot, "release_pin"));
-  auto it = pinned_.find(slot);
-  const int64_t pins = it == pinned_.end() ? 0 : it->second;
-  if (count < 0 || count > pins) {
+  const int64_t pins = slots_[slot].pins;
+  if (count < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "release_pin: count must be >= 0, got ", count));
+  }
+  if (count > pins) {
     return absl::FailedPreconditionError(absl::StrCat(
         "release_pin: cannot drop ", count, " pins of slot ", slot,
         ", which has ", pins));
   }
   if (count == 0) {
-    if (pins > 0) deferred_[slot] = 0;
+    if (pins > 0) Clear(slot, kDeferred);
     return absl::OkStatus();
   }
   if (count < pins) {
-    it->second -= static_cast<int32_t>(count);
+    slots_[slot].pins -= static_cast<int32_t>(count);
     return absl::OkStatus();
   }
-  pinned_.erase(it);
-  deferred_[slot] = 0;
+  slots_[slot].pins = 1;
+  UnpinUnchecked(slot);
   ReleaseUnchecked(slot);
   return absl::OkStatus();
 }
@@ -675,16 +706,17 @@ absl::Status SlotPool::ReleasePin(int64_t slot, int64_t count) {
 PoolSnapshot SlotPool::Dump() const {
   PoolSnapshot snap;
   snap.num_slots = num_slots_;
+  snap.slot_hash.reserve(slots_.size());
   for (int64_t s = 0; s < capacity(); ++s) {
-    if (free_[s]) snap.free.push_back(s);
-    if (speculative_[s]) snap.speculative.push_back(s);
-    if (deferred_[s]) snap.deferred.push_back(s);
+    if (Is(s, kFree)) snap.free.push_back(s);
+    if (Is(s, kSpeculative)) snap.speculative.push_back(s);
+    if (Is(s, kDeferred)) snap.deferred.push_back(s);
+    if (slots_[s].pins > 0) snap.pinned.emplace_back(s, slots_[s].pins);
+    snap.slot_hash.push_back(slots_[s].hash);
   }
-  snap.checkpointed = checkpointed_.ToVector();
+  snap.checkpointed = checkpointed_.ToVector(slots_);
   snap.hash_to_slot.assign(hash_to_slot_.begin(), hash_to_slot_.end());
   std::sort(snap.hash_to_slot.begin(), snap.hash_to_slot.end());
-  snap.slot_hash = slot_hash_;
-  snap.pinned.assign(pinned_.begin(), pinned_.end());
   snap.relocations = relocations_;
   snap.fates = fates_;
   return snap;
@@ -697,40 +729,50 @@ absl::Status SlotPool::CheckInvariants() const {
   int64_t free_count = 0;
   int64_t vacant_count = 0;
   int64_t held_count = 0;
+  int64_t pinned_count = 0;
   for (int64_t s = 0; s < capacity(); ++s) {
+    const SlotState& st = slots_[s];
     const bool in_range = s < num_slots_;
-    const bool is_free = free_[s] != 0;
-    const bool hashed = slot_hash_[s] != -1;
+    const bool is_free = Is(s, kFree);
+    const bool hashed = st.hash != -1;
     if (is_free && !in_range) return fail("slot ", s, " free above num_slots");
-    if (is_free) ++free_count;
+    free_count += is_free;
     // Exactly one of live / free-vacant / free-checkpointed, and the
     // containers agree with it.
     const bool in_vacant = vacant_.Contains(s);
-    const bool in_lru = checkpointed_.Contains(s);
+    const bool in_lru = Is(s, kInLru);
     if (in_vacant != (is_free && !hashed)) {
       return fail("slot ", s, " vacant-set membership ", in_vacant,
-                  " but free=", is_free, " hash=", slot_hash_[s]);
+                  " but free=", is_free, " hash=", st.hash);
     }
     if (in_lru != (is_free && hashed)) {
       return fail("slot ", s, " LRU membership ", in_lru, " but free=",
-                  is_free, " hash=", slot_hash_[s]);
+                  is_free, " hash=", st.hash);
     }
     vacant_count += in_vacant;
     held_count += in_lru;
     if (hashed) {
-      auto it = hash_to_slot_.find(slot_hash_[s]);
+      auto it = hash_to_slot_.find(st.hash);
       if (it == hash_to_slot_.end() || it->second != s) {
-        return fail("slot_hash[", s, "]=", slot_hash_[s],
+        return fail("slot_hash[", s, "]=", st.hash,
                     " not mirrored in hash_to_slot");
       }
     }
-    const bool pinned = pinned_.contains(s);
-    if (pinned && is_free) return fail("pinned slot ", s, " is free");
-    if (deferred_[s] && !pinned) return fail("deferred slot ", s, " unpinned");
-    if (reserved_[s] != reservations_.contains(s)) {
-      return fail("reservation flag of slot ", s, " disagrees with the map");
+    if (st.pins < 0) return fail("slot ", s, " has ", st.pins, " pins");
+    if (st.pins > 0) {
+      ++pinned_count;
+      if (is_free) return fail("pinned slot ", s, " is free");
+      if (!in_range) return fail("pinned slot ", s, " is retired");
+      if (st.pinned_pos < 0 ||
+          st.pinned_pos >= static_cast<int32_t>(pinned_.size()) ||
+          pinned_[st.pinned_pos] != s) {
+        return fail("pinned slot ", s, " missing from the pinned list");
+      }
     }
-    if (reserved_[s] && (is_free || !in_range)) {
+    if (Is(s, kDeferred) && st.pins == 0) {
+      return fail("deferred slot ", s, " is not pinned");
+    }
+    if (Is(s, kReserved) && (is_free || !in_range)) {
       return fail("reserved slot ", s, " is free or retired");
     }
   }
@@ -738,12 +780,12 @@ absl::Status SlotPool::CheckInvariants() const {
     if (hash < 0 || slot < 0 || slot >= capacity()) {
       return fail("hash_to_slot entry ", hash, "->", slot, " out of range");
     }
-    // The only entries allowed not to mirror are those extend() detached
-    // from a re-used index (see the header); the index still exists.
+    // The only entries allowed not to mirror are those Extend detached from
+    // a re-used index (see the header); the index still exists.
   }
-  for (const auto& [slot, count] : pinned_) {
-    if (count <= 0) return fail("pin count of slot ", slot, " is ", count);
-    if (slot < 0 || slot >= num_slots_) return fail("pinned slot ", slot, " retired");
+  if (pinned_count != static_cast<int64_t>(pinned_.size())) {
+    return fail("pinned list holds ", pinned_.size(), " slots, ",
+                pinned_count, " are pinned");
   }
   if (free_count != num_free_) {
     return fail("num_free ", num_free_, " but ", free_count, " free slots");
@@ -751,13 +793,13 @@ absl::Status SlotPool::CheckInvariants() const {
   if (vacant_count != vacant_.size() || held_count != checkpointed_.size()) {
     return fail("container sizes disagree with membership");
   }
-  if (vacant_count + held_count != num_free_) {
-    return fail("vacant + held != free");
-  }
-  const std::vector<int64_t> lru = checkpointed_.ToVector();
+  const std::vector<int64_t> lru = checkpointed_.ToVector(slots_);
   if (static_cast<int64_t>(lru.size()) != checkpointed_.size()) {
     return fail("LRU list length ", lru.size(), " != size ",
                 checkpointed_.size());
+  }
+  for (int64_t s : lru) {
+    if (!Is(s, kInLru)) return fail("LRU links reach slot ", s, " not in it");
   }
   return absl::OkStatus();
 }

@@ -45,7 +45,6 @@
 #include <utility>
 #include <vector>
 
-#include "absl/container/btree_map.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -135,7 +134,7 @@ class SlotPool {
   const StateTransfer& transfer() const { return transfer_; }
   int64_t hash_block_size() const { return hash_block_size_; }
   // Indices the pool has ever had (slot_hash's length in the reference).
-  int64_t capacity() const { return static_cast<int64_t>(slot_hash_.size()); }
+  int64_t capacity() const { return static_cast<int64_t>(slots_.size()); }
 
   // ------------------------------ free list ------------------------------ //
 
@@ -318,27 +317,53 @@ class SlotPool {
   void GrowTo(int64_t capacity);
   static std::optional<int64_t> AnchorOf(const Sequence* seq);
 
+  // Everything the pool knows about one index, in one record, so that a call
+  // touching a slot touches one cache line (this is what keeps a pool of a
+  // million slots as cheap per call as one of a thousand).
+  struct SlotState {
+    int64_t hash = -1;     // slot_hash: -1 = carries no checkpoint
+    LruLinks lru;          // links in checkpointed_ when kInLru
+    int32_t pins = 0;      // fork-source pins; 0 = not pinned
+    int32_t pinned_pos = -1;  // index in pinned_ while pinned
+    uint8_t flags = 0;
+  };
+  enum : uint8_t {
+    kFree = 1 << 0,         // on the free list
+    kSpeculative = 1 << 1,  // mark_speculative
+    kDeferred = 1 << 2,     // a pin's reader is the next batch
+    kReserved = 1 << 3,     // holds an outstanding midstep reservation
+    kInLru = 1 << 4,        // free and carrying a hash: in checkpointed_
+  };
+  bool Is(int64_t slot, uint8_t flag) const {
+    return (slots_[slot].flags & flag) != 0;
+  }
+  void Set(int64_t slot, uint8_t flag) { slots_[slot].flags |= flag; }
+  void Clear(int64_t slot, uint8_t flag) {
+    slots_[slot].flags &= static_cast<uint8_t>(~flag);
+  }
+  // Marks `slot` in a scratch generation: true if it was already marked in
+  // this one (duplicate detection without allocating).
+  bool SeenBefore(int64_t slot) const;
+  void NewScratchGeneration() const;
+
   bool enabled_;
   int64_t num_slots_;
   StateTransfer transfer_;
   int64_t hash_block_size_;
 
-  // Per index (sized capacity()).
-  std::vector<int64_t> slot_hash_;      // -1 = carries no checkpoint
-  std::vector<uint8_t> free_;           // on the free list
-  std::vector<uint8_t> speculative_;    // mark_speculative
-  std::vector<uint8_t> deferred_;       // pin's reader is the next batch
-  std::vector<uint8_t> reserved_;       // holds an unpublished reservation
-
+  std::vector<SlotState> slots_;        // per index; size() == capacity()
+  // Reservation (position, hash) per index, valid while kReserved.
+  std::vector<std::pair<int64_t, int64_t>> reservation_;
   int64_t num_free_ = 0;
-  VacantSet vacant_;                    // free slots with slot_hash == -1
-  CheckpointLru checkpointed_;          // free slots with a hash, LRU order
-  absl::btree_map<int64_t, int32_t> pinned_;  // slot -> pin count (> 0)
+  VacantSet vacant_;                    // free slots with hash == -1
+  IntrusiveLru<SlotState> checkpointed_;  // free slots with a hash, LRU order
+  std::vector<int32_t> pinned_;         // slots with pins > 0, unordered
   absl::flat_hash_map<int64_t, int64_t> hash_to_slot_;
-  // slot -> (position, hash) of its outstanding reservation.
-  absl::flat_hash_map<int64_t, std::pair<int64_t, int64_t>> reservations_;
   std::vector<std::pair<int64_t, int64_t>> relocations_;
   CheckpointFates fates_;
+  // Scratch for SeenBefore (mutable: used by const validation).
+  mutable std::vector<uint32_t> scratch_;
+  mutable uint32_t scratch_generation_ = 0;
 };
 
 }  // namespace statecache

@@ -301,7 +301,9 @@ struct ValueToJson {
     }
     return out;
   }
-  json operator()(const PoolSnapshot& s) const { return SnapshotJson(s); }
+  json operator()(const std::shared_ptr<const PoolSnapshot>& s) const {
+    return SnapshotJson(*s);
+  }
 };
 
 std::string Dumps(const json& j) {
@@ -423,7 +425,8 @@ CallResult Invoke(SlotPool& pool, const Call& c) {
     case Op::kUnpin: return FromStatus(pool.Unpin(c.a));
     case Op::kDropReader: return FromStatus(pool.DropReader(c.a));
     case Op::kReleasePins: pool.ReleasePins(); return CallResult{};
-    case Op::kDump: return CallResult{{}, pool.Dump()};
+    case Op::kDump:
+      return CallResult{{}, std::make_shared<const PoolSnapshot>(pool.Dump())};
   }
   return FromStatus(absl::InternalError("unhandled op"));
 }

@@ -14,6 +14,7 @@
 #define STATECACHE_DAEMON_REPLAY_TRACE_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -78,7 +79,10 @@ using Value = std::variant<std::monostate,  // null
                            std::optional<SlotRetirement>, CheckpointResult,
                            CheckpointFates, Occupancy,
                            std::vector<std::pair<int64_t, int64_t>>,
-                           std::vector<Reservation>, PoolSnapshot>;
+                           std::vector<Reservation>,
+                           // Held by pointer: a snapshot is large and rare,
+                           // and would make every result as large.
+                           std::shared_ptr<const PoolSnapshot>>;
 struct CallResult {
   absl::Status status;
   Value value;

@@ -537,6 +537,9 @@ absl::Status StateCache::Admit(Session& session, const v1::Admit& op,
     } else {
       // Too few slots to fork: continue in the checkpoint's own slot. Only
       // reachable when it was claimed (a pinned source costs no free slot).
+      // The forward will overwrite it, so it stops being a checkpoint (as
+      // ATOM's BlockManager does).
+      (void)pool_.Invalidate(src);
       const std::vector<int64_t> rollback = *pool_.PopMany(op.width() - 1);
       request->slots.push_back(src);
       request->slots.insert(request->slots.end(), rollback.begin(),
@@ -668,9 +671,12 @@ absl::Status StateCache::AdoptForkSourceOp(Session& session,
         "fork source ", src, " of request '", request->id, "' has ", pool_pins,
         " readers; it can be taken over only by its only reader"));
   }
+  // ATOM's cancel_state_fork: the fresh slot goes back, the source stops
+  // being a checkpoint (the request writes it from now on), the pin goes.
   const int64_t fresh = request->slots[0];
-  (void)pool_.Unpin(src);
   (void)pool_.Release(fresh);
+  (void)pool_.Invalidate(src);
+  (void)pool_.Unpin(src);
   session.pins.erase(pin);
   session.readers.erase(src);
   ClearOwner(fresh);

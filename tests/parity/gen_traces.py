@@ -110,6 +110,8 @@ BASE = dict(
     p_abort=0.005,         # per pass
     starve_passes=6,
     lpm=False,             # admit the longest KV prefix match first
+    p_dense=0.3,           # midstep: reserve every rung a chunk passes, not
+                           # only the last (a denser ladder)
     p_clear=0.0,           # clear_index per pass
     p_resize=0.01,         # start a shrink campaign per pass
     p_query=0.10,          # a random query after a call
@@ -128,40 +130,41 @@ def _cfg(name, **kw):
 
 
 _cfg("fork1_midstep_spec0_resize", num_slots=32, readable=True, resize=True,
-     interval=128, output=(4, 220), kv_blocks=300, p_preempt=0.04,
-     p_clear=0.002)
+     interval=128, output=(4, 220), kv_blocks=200, p_preempt=0.04,
+     p_clear=0.003)
 _cfg("fork1_nomidstep_spec2", num_slots=24, num_spec=2, interval=512,
-     max_running=5, kv_blocks=350, output=(4, 160))
+     max_running=5, kv_blocks=150, output=(4, 160))
 _cfg("fork64_nomidstep_spec0_resize", num_slots=16, fork_tokens=64, resize=True,
-     interval=256, short_chunk_prob=0.3, max_running=8, kv_blocks=250)
+     interval=256, short_chunk_prob=0.3, max_running=8, kv_blocks=150)
 _cfg("fork64_midstep_spec2", num_slots=48, fork_tokens=64, readable=True,
      num_spec=2, interval=-1, short_chunk_prob=0.25, max_running=12,
-     kv_blocks=500, p_preempt=0.05, p_clear=0.002, dump_every=80)
+     kv_blocks=200, p_preempt=0.05, p_clear=0.003, dump_every=80)
 _cfg("none_spec0", num_slots=16, kind="none", fork_tokens=0, max_running=10,
      kv_blocks=500)
 _cfg("none_spec2_resize", num_slots=24, kind="none", fork_tokens=0, num_spec=2,
-     resize=True, max_running=7, p_clear=0.002)
+     resize=True, max_running=7, p_clear=0.003)
 _cfg("replay_midstep_spec0_resize", num_slots=24, kind="replay", fork_tokens=0,
-     readable=True, resize=True, interval=256, kv_blocks=300, p_preempt=0.04)
+     readable=True, resize=True, interval=256, kv_blocks=200, p_preempt=0.04)
 _cfg("replay_nomidstep_spec2", num_slots=32, kind="replay", fork_tokens=0,
      num_spec=2, interval=512, max_running=9)
 _cfg("pressure_fork1_spec0", num_slots=8, resize=True, interval=256,
-     max_running=16, max_convs=12, p_arrival=0.4, think=(0, 4), kv_blocks=200,
-     p_preempt=0.03, p_clear=0.002, dump_every=40)
+     max_running=6, lpm=True, max_convs=16, p_arrival=0.4, think=(0, 1),
+     output=(1, 6), kv_blocks=200, p_preempt=0.03, p_clear=0.002, dump_every=40)
 _cfg("pressure_fork1_midstep_spec2", num_slots=12, readable=True, num_spec=2,
-     resize=True, interval=128, max_running=16, max_convs=10, p_arrival=0.4,
-     think=(0, 4), kv_blocks=200, p_preempt=0.04, dump_every=40)
+     resize=True, interval=128, max_running=5, lpm=True, max_convs=10,
+     p_arrival=0.4, think=(0, 1), output=(1, 12), kv_blocks=200,
+     p_preempt=0.04, dump_every=40)
 _cfg("roomy_fork1_midstep_spec2", num_slots=128, readable=True, num_spec=2,
-     resize=True, interval=256, max_running=24, max_admit=6, max_convs=30,
-     p_arrival=0.5, kv_blocks=700, prefill_budget=4096, output=(4, 300),
+     resize=True, interval=256, max_running=16, max_admit=6, max_convs=30,
+     p_arrival=0.5, kv_blocks=400, prefill_budget=4096, output=(4, 300),
      dump_every=250)
 _cfg("disabled_fork1_midstep_spec2", num_slots=16, enabled=False, readable=True,
      num_spec=2, resize=True, max_running=5, calls=3000)
 
 LONG_CONFIG = dict(BASE, name="long_fork1_midstep_spec2", num_slots=96,
                    readable=True, num_spec=2, resize=True, interval=256,
-                   max_running=20, max_admit=6, max_convs=28, p_arrival=0.5,
-                   kv_blocks=2500, prefill_budget=4096, p_clear=0.0002,
+                   max_running=14, max_admit=6, max_convs=28, p_arrival=0.5,
+                   kv_blocks=400, prefill_budget=4096, p_clear=0.0005,
                    dump_every=0, calls=200000)
 
 
@@ -336,6 +339,7 @@ class Request:
         self.kv_held = []
         self.kv_epoch = -1
         self.starve = 0
+        self.admitted_pass = 0
 
     def seq(self, state_slot=None):
         return {
@@ -390,7 +394,6 @@ class Generator:
         self.resize_target = None
         self.resize_deadline = 0
         self.grow_at = None
-        self.pending_relocs = []
         self.in_call = False
 
     # ------------------------------ emitting ------------------------------ #
@@ -614,7 +617,10 @@ class Generator:
         anchor = req.midstep_anchor or req.anchor
         out = []
         hashes = req.hashes
-        for pos in sorted({p for p in (rung, req.demand, anchor) if p}):
+        cands = {p for p in (rung, req.demand, anchor) if p}
+        if rung and self.rng.random() < self.cfg["p_dense"]:
+            cands.update(range(rung - self.interval, start, -self.interval))
+        for pos in sorted(cands):
             if not start < pos <= end:
                 continue
             nblocks = pos // HBS
@@ -731,6 +737,7 @@ class Generator:
         req.fork_src = -1
         if src >= 0:
             self.stats["resume_hits"] += 1
+            self.stats["promoted_guess"] += src in self.pool._speculative
             self.call("promote", slot=src)
             shared = self.call("is_pinned", slot=src)
             if not shared:
@@ -948,6 +955,8 @@ class Generator:
         self._need(slot not in p._free and slot not in p._pinned and
                    self.owner.get(slot) is req, "checkpoint of a slot that is not live")
         self._need(req.fork_src < 0, "checkpoint with a fork still pending")
+        if h in self.pool.hash_to_slot and self.enabled and self.forks:
+            self.stats["refile"] += 1
         r = self.call("checkpoint", seq=req.seq(), boundary_blocks=blocks, hash=h)
         self.recent_hashes.append(h)
         req.last_ckpt = pos
@@ -981,7 +990,9 @@ class Generator:
 
         # Starvation: the head of the queue has waited too long, so preempt
         # the newest running request (recompute preemption).
-        if self.waiting and self.waiting[0].starve > cfg["starve_passes"] and self.running:
+        if (self.waiting and self.waiting[0].starve > cfg["starve_passes"]
+                and self.running
+                and self.pass_no - self.running[-1].admitted_pass > cfg["starve_passes"]):
             self.preempt(self.running[-1])
             self.waiting[0].starve = 0
 
@@ -1008,6 +1019,7 @@ class Generator:
                 break
             self.waiting.popleft()
             self.running.append(req)
+            req.admitted_pass = self.pass_no
             admitted += 1
             self.stats["admitted"] += 1
             plan = self.schedule_prefill(req, budget)
@@ -1054,6 +1066,8 @@ class Generator:
         self.kv_publish(req, start // HBS, end // HBS)
         if req.reservations:
             seq = None if rng.random() < 0.1 else req.seq()
+            self.stats["refile"] += sum(r[2] in self.pool.hash_to_slot
+                                        for r in req.reservations)
             self.call("publish_midstep", reservations=req.reservations, seq=seq)
             for r in req.reservations:
                 self.recent_hashes.append(r[2])
@@ -1063,9 +1077,9 @@ class Generator:
             req.reservations = []
         elif self.keeps_at(req, end, req.P - end):
             self.do_checkpoint(req, end)
-        elif not self.enabled and rng.random() < 0.1 and end % HBS == 0 and end > 0:
+        elif not self.enabled and rng.random() < 0.1 and end >= HBS:
             # The pool does not apply: a probe the pool must ignore.
-            self.do_checkpoint(req, end)
+            self.do_checkpoint(req, (end // HBS) * HBS)
         if end >= req.P:
             # The last prefill chunk samples the first output token.
             req.phase = "decode"
@@ -1146,7 +1160,7 @@ def generate(cfg, seed, run_trace, trace_path, calls=None, no_dumps=False,
 
 def report(gen, path):
     fates = gen.pool.checkpoint_fates()
-    print(f"== {os.path.basename(path)}: {gen.ncalls} calls, "
+    print(f"== {os.path.basename(path)}: {gen.ncalls - 1} calls, "
           f"{gen.pass_no} passes, final num_slots {gen.pool.num_slots}")
     print("   ops: " + ", ".join(f"{op}={gen.op_counts[op]}" for op in COVERED_OPS))
     missing = [op for op in COVERED_OPS if not gen.op_counts[op]]

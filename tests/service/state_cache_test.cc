@@ -641,6 +641,7 @@ TEST(StateCacheTest, OneSessionMatchesTheReferenceCallSequence) {
           ASSERT_TRUE(mirror.Pin(src, false).ok());
           m.fork_src = src;
         } else {
+          ASSERT_TRUE(mirror.Invalidate(src).ok());
           m.slots = {src};
         }
       } else {

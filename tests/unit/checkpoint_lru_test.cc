@@ -125,7 +125,8 @@ TEST(CheckpointLru, RandomizedAgainstStdList) {
     };
     for (int op = 0; op < 20000; ++op) {
       const uint64_t r = rng() % 100;
-      const int64_t s = static_cast<int64_t>(rng() % static_cast<uint64_t>(cap));
+      const int64_t s =
+          static_cast<int64_t>(rng() % static_cast<uint64_t>(cap));
       if (r < 1) {
         cap += static_cast<int64_t>(rng() % 16);
         l.Grow(cap);

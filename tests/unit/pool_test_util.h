@@ -33,23 +33,23 @@ using PV = std::vector<std::pair<int64_t, int64_t>>;
 template <typename T>
 T Must(absl::StatusOr<T> s, const char* what = "call") {
   if (!s.ok()) {
-    throw std::runtime_error(std::string(what) + " unexpectedly failed: " +
-                             s.status().ToString());
+    throw std::runtime_error(std::string(what) +
+                             " unexpectedly failed: " + s.status().ToString());
   }
   return std::move(s).value();
 }
 
 inline void Must(const absl::Status& s, const char* what = "call") {
   if (!s.ok()) {
-    throw std::runtime_error(std::string(what) + " unexpectedly failed: " +
-                             s.ToString());
+    throw std::runtime_error(std::string(what) +
+                             " unexpectedly failed: " + s.ToString());
   }
 }
 
 inline StateTransfer Fork(int64_t tokens = 1, bool readable_midstep = false) {
-  return Must(StateTransfer::Create(TransferKind::kFork, tokens,
-                                    readable_midstep),
-              "StateTransfer::Create(fork)");
+  return Must(
+      StateTransfer::Create(TransferKind::kFork, tokens, readable_midstep),
+      "StateTransfer::Create(fork)");
 }
 inline StateTransfer Replay(bool readable_midstep = false) {
   return Must(StateTransfer::Create(TransferKind::kReplay, 0, readable_midstep),
@@ -84,7 +84,8 @@ inline std::string JsonList(const std::vector<int64_t>& v) {
   return out + "]";
 }
 
-inline std::string JsonPairs(const std::vector<std::pair<int64_t, int64_t>>& v) {
+inline std::string JsonPairs(
+    const std::vector<std::pair<int64_t, int64_t>>& v) {
   std::string out = "[";
   for (size_t i = 0; i < v.size(); ++i) {
     if (i) out += ",";
@@ -154,10 +155,10 @@ inline void PrintTo(const Reservation& r, std::ostream* os) {
 }  // namespace statecache
 
 // Asserts the pool's structural invariants hold (call after every scenario).
-#define EXPECT_INVARIANTS(pool)                                      \
-  do {                                                               \
-    ::absl::Status _inv = (pool).CheckInvariants();                  \
-    ASSERT_TRUE(_inv.ok()) << "CheckInvariants: " << _inv;           \
+#define EXPECT_INVARIANTS(pool)                            \
+  do {                                                     \
+    ::absl::Status _inv = (pool).CheckInvariants();        \
+    ASSERT_TRUE(_inv.ok()) << "CheckInvariants: " << _inv; \
   } while (0)
 
 // Asserts the whole observable state equals the reference's dump (as

@@ -60,8 +60,8 @@ constexpr char kBaseDump[] =
 SlotPool BuildBase() {
   SlotPool pool = MakePool(10, Fork(1, true));
   if (Must(pool.PopMany(3)) != V{0, 1, 2}) throw std::runtime_error("base");
-  std::vector<Reservation> r = Must(
-      pool.ReserveMidstep(Seq(-1, 1000), {{64, 101}, {128, 102}}));
+  std::vector<Reservation> r =
+      Must(pool.ReserveMidstep(Seq(-1, 1000), {{64, 101}, {128, 102}}));
   if (r != std::vector<Reservation>{kPublished, kOutstanding}) {
     throw std::runtime_error("base: reserve");
   }
@@ -105,8 +105,7 @@ void ExpectRefused(SlotPool& pool,
                    const std::vector<std::string>& needles) {
   const PoolSnapshot before = pool.Dump();
   const absl::Status s = call(pool);
-  ASSERT_FALSE(s.ok()) << "accepted; dump now "
-                       << testing_util::DumpJson(pool);
+  ASSERT_FALSE(s.ok()) << "accepted; dump now " << testing_util::DumpJson(pool);
   bool code_ok = false;
   for (Code c : codes) code_ok = code_ok || s.code() == c;
   EXPECT_TRUE(code_ok) << "got " << s << ", want " << CodeList(codes);
@@ -136,42 +135,55 @@ absl::Status St(const absl::StatusOr<T>& s) {
 
 std::vector<Case> Cases() {
   std::vector<Case> cases;
-  const std::vector<int64_t> bad_slots = {-1,       -5,     kNumSlots,
-                                          kCapacity, int64_t{1} << 40,
-                                          kMax64,   kMin64};
+  const std::vector<int64_t> bad_slots = {
+      -1, -5, kNumSlots, kCapacity, int64_t{1} << 40, kMax64, kMin64};
   auto range_needles = [](int64_t slot) {
     return std::vector<std::string>{std::to_string(slot), "range"};
   };
   const std::vector<std::string> kReservationWords = {"reserv"};
 
   // ---- counts ----
-  cases.push_back({"HasFree(-1)", [](SlotPool& p) { return St(p.HasFree(-1)); },
-                   {kInvalid}, {"-1", "count", "negative"}});
+  cases.push_back({"HasFree(-1)",
+                   [](SlotPool& p) { return St(p.HasFree(-1)); },
+                   {kInvalid},
+                   {"-1", "count", "negative"}});
   cases.push_back({"HasFree(min)",
                    [](SlotPool& p) { return St(p.HasFree(kMin64)); },
-                   {kInvalid}, {std::to_string(kMin64), "count", "negative"}});
-  cases.push_back({"PopMany(-1)", [](SlotPool& p) { return St(p.PopMany(-1)); },
-                   {kInvalid}, {"-1", "count", "negative"}});
+                   {kInvalid},
+                   {std::to_string(kMin64), "count", "negative"}});
+  cases.push_back({"PopMany(-1)",
+                   [](SlotPool& p) { return St(p.PopMany(-1)); },
+                   {kInvalid},
+                   {"-1", "count", "negative"}});
   cases.push_back({"PopMany(NumFree+1)",
                    [](SlotPool& p) { return St(p.PopMany(5)); },
-                   {kExhausted}, {"free", "5"}});
+                   {kExhausted},
+                   {"free", "5"}});
   cases.push_back({"PopMany(max)",
                    [](SlotPool& p) { return St(p.PopMany(kMax64)); },
-                   {kExhausted}, {"free", std::to_string(kMax64)}});
+                   {kExhausted},
+                   {"free", std::to_string(kMax64)}});
   auto drain = [](SlotPool& p) { Must(p.PopMany(p.NumFree())); };
   cases.push_back({"Pop with nothing free",
                    [](SlotPool& p) { return St(p.Pop()); },
-                   {kExhausted}, {"free", "empty", "exhaust"}, drain});
+                   {kExhausted},
+                   {"free", "empty", "exhaust"},
+                   drain});
   cases.push_back({"PopMany(1) with nothing free",
                    [](SlotPool& p) { return St(p.PopMany(1)); },
-                   {kExhausted}, {"free", "1"}, drain});
-  cases.push_back({"Extend(-1)", [](SlotPool& p) { return p.Extend(-1); },
-                   {kInvalid}, {"-1", "count", "negative"}});
-  cases.push_back({"Extend beyond kMaxSlots",
-                   [](SlotPool& p) { return p.Extend(kMaxSlots - kNumSlots + 1); },
+                   {kExhausted},
+                   {"free", "1"},
+                   drain});
+  cases.push_back({"Extend(-1)",
+                   [](SlotPool& p) { return p.Extend(-1); },
                    {kInvalid},
-                   {std::to_string(kMaxSlots - kNumSlots + 1),
-                    std::to_string(kMaxSlots), "max", "exceed", "too"}});
+                   {"-1", "count", "negative"}});
+  cases.push_back(
+      {"Extend beyond kMaxSlots",
+       [](SlotPool& p) { return p.Extend(kMaxSlots - kNumSlots + 1); },
+       {kInvalid},
+       {std::to_string(kMaxSlots - kNumSlots + 1), std::to_string(kMaxSlots),
+        "max", "exceed", "too"}});
   cases.push_back({"Extend(max int64)",
                    [](SlotPool& p) { return p.Extend(kMax64); },
                    {kInvalid},
@@ -214,71 +226,109 @@ std::vector<Case> Cases() {
   }
   cases.push_back({"DropReader(-2)",
                    [](SlotPool& p) { return p.DropReader(-2); },
-                   {kInvalid}, range_needles(-2)});
+                   {kInvalid},
+                   range_needles(-2)});
   for (int64_t slot : bad_slots) {
     if (slot == -1) continue;  // ReleaseMany skips -1
     cases.push_back({"ReleaseMany({2, " + std::to_string(slot) + "})",
-                     [slot](SlotPool& p) { return p.ReleaseMany({2, slot}); },
+                     [slot](SlotPool& p) {
+                       return p.ReleaseMany({2, slot});
+                     },
                      {kInvalid},
                      range_needles(slot)});
   }
   cases.push_back({"RecordRelocation(-1, 0)",
                    [](SlotPool& p) { return p.RecordRelocation(-1, 0); },
-                   {kInvalid}, range_needles(-1)});
+                   {kInvalid},
+                   range_needles(-1)});
   cases.push_back({"RecordRelocation(0, -1)",
                    [](SlotPool& p) { return p.RecordRelocation(0, -1); },
-                   {kInvalid}, range_needles(-1)});
+                   {kInvalid},
+                   range_needles(-1)});
   cases.push_back({"RecordRelocation(capacity, 0)",
                    [](SlotPool& p) { return p.RecordRelocation(kCapacity, 0); },
-                   {kInvalid}, range_needles(kCapacity)});
+                   {kInvalid},
+                   range_needles(kCapacity)});
   cases.push_back({"RecordRelocation(0, capacity)",
                    [](SlotPool& p) { return p.RecordRelocation(0, kCapacity); },
-                   {kInvalid}, range_needles(kCapacity)});
+                   {kInvalid},
+                   range_needles(kCapacity)});
   cases.push_back({"RecordRelocation(max, 0)",
                    [](SlotPool& p) { return p.RecordRelocation(kMax64, 0); },
-                   {kInvalid}, range_needles(kMax64)});
+                   {kInvalid},
+                   range_needles(kMax64)});
 
   // ---- release / claim / pin against the slot's state ----
-  cases.push_back({"Release(vacant 7)", [](SlotPool& p) { return p.Release(7); },
-                   {kPrecondition}, {"free"}});
+  cases.push_back({"Release(vacant 7)",
+                   [](SlotPool& p) { return p.Release(7); },
+                   {kPrecondition},
+                   {"free"}});
   cases.push_back({"Release(free checkpoint 3)",
                    [](SlotPool& p) { return p.Release(3); },
-                   {kPrecondition}, {"free"}});
-  cases.push_back({"Release(pinned 1)", [](SlotPool& p) { return p.Release(1); },
-                   {kPrecondition}, {"pinned"}});
+                   {kPrecondition},
+                   {"free"}});
+  cases.push_back({"Release(pinned 1)",
+                   [](SlotPool& p) { return p.Release(1); },
+                   {kPrecondition},
+                   {"pinned"}});
   cases.push_back({"Release(pinned fork source 0)",
                    [](SlotPool& p) { return p.Release(0); },
-                   {kPrecondition}, {"pinned"}});
+                   {kPrecondition},
+                   {"pinned"}});
   const std::vector<std::string> dup = {"duplicate", "twice", "more than once",
                                         "repeated"};
   cases.push_back({"ReleaseMany({2, 2})",
-                   [](SlotPool& p) { return p.ReleaseMany({2, 2}); },
-                   {kInvalid}, dup});
+                   [](SlotPool& p) {
+                     return p.ReleaseMany({2, 2});
+                   },
+                   {kInvalid},
+                   dup});
   cases.push_back({"ReleaseMany({-1, 2, -1, 5, 2})",
-                   [](SlotPool& p) { return p.ReleaseMany({-1, 2, -1, 5, 2}); },
-                   {kInvalid}, dup});
+                   [](SlotPool& p) {
+                     return p.ReleaseMany({-1, 2, -1, 5, 2});
+                   },
+                   {kInvalid},
+                   dup});
   cases.push_back({"ReleaseMany({2, 7 free})",
-                   [](SlotPool& p) { return p.ReleaseMany({2, 7}); },
-                   {kPrecondition}, {"free"}});
+                   [](SlotPool& p) {
+                     return p.ReleaseMany({2, 7});
+                   },
+                   {kPrecondition},
+                   {"free"}});
   cases.push_back({"ReleaseMany({5, 1 pinned})",
-                   [](SlotPool& p) { return p.ReleaseMany({5, 1}); },
-                   {kPrecondition}, {"pinned"}});
-  cases.push_back({"Claim(live 2)", [](SlotPool& p) { return p.Claim(2); },
-                   {kPrecondition}, {"free"}});
-  cases.push_back({"Claim(pinned 0)", [](SlotPool& p) { return p.Claim(0); },
-                   {kPrecondition}, {"free", "pinned"}});
-  cases.push_back({"Claim(reserved 4)", [](SlotPool& p) { return p.Claim(4); },
-                   {kPrecondition}, {"free", "reserv"}});
-  cases.push_back({"Pin(vacant 7)", [](SlotPool& p) { return p.Pin(7, false); },
-                   {kPrecondition}, {"free"}});
+                   [](SlotPool& p) {
+                     return p.ReleaseMany({5, 1});
+                   },
+                   {kPrecondition},
+                   {"pinned"}});
+  cases.push_back({"Claim(live 2)",
+                   [](SlotPool& p) { return p.Claim(2); },
+                   {kPrecondition},
+                   {"free"}});
+  cases.push_back({"Claim(pinned 0)",
+                   [](SlotPool& p) { return p.Claim(0); },
+                   {kPrecondition},
+                   {"free", "pinned"}});
+  cases.push_back({"Claim(reserved 4)",
+                   [](SlotPool& p) { return p.Claim(4); },
+                   {kPrecondition},
+                   {"free", "reserv"}});
+  cases.push_back({"Pin(vacant 7)",
+                   [](SlotPool& p) { return p.Pin(7, false); },
+                   {kPrecondition},
+                   {"free"}});
   cases.push_back({"Pin(free checkpoint 3)",
                    [](SlotPool& p) { return p.Pin(3, true); },
-                   {kPrecondition}, {"free"}});
+                   {kPrecondition},
+                   {"free"}});
   cases.push_back({"Unpin(unpinned live 2)",
                    [](SlotPool& p) { return p.Unpin(2); },
-                   {kPrecondition}, {"pinned"}});
-  cases.push_back({"Unpin(vacant 7)", [](SlotPool& p) { return p.Unpin(7); },
-                   {kPrecondition}, {"pinned"}});
+                   {kPrecondition},
+                   {"pinned"}});
+  cases.push_back({"Unpin(vacant 7)",
+                   [](SlotPool& p) { return p.Unpin(7); },
+                   {kPrecondition},
+                   {"pinned"}});
 
   // ---- hashes and hits ----
   const Sequence reader = Seq(-1, 1000);
@@ -286,34 +336,44 @@ std::vector<Case> Cases() {
                    [reader](SlotPool& p) {
                      return St(p.ResumableHit(reader, 3, {101, 103}));
                    },
-                   {kInvalid}, {"hit", "3"}});
+                   {kInvalid},
+                   {"hit", "3"}});
   cases.push_back({"ResumableHit(hit -1)",
                    [reader](SlotPool& p) {
                      return St(p.ResumableHit(reader, -1, {101, 103}));
                    },
-                   {kInvalid}, {"hit", "-1"}});
+                   {kInvalid},
+                   {"hit", "-1"}});
   cases.push_back({"ResumableHit(hit > size, assumed)",
                    [reader](SlotPool& p) {
                      return St(p.ResumableHit(reader, 1, {}, true));
                    },
-                   {kInvalid}, {"hit", "1"}});
+                   {kInvalid},
+                   {"hit", "1"}});
   cases.push_back({"ResumableHit(negative hash)",
                    [reader](SlotPool& p) {
                      return St(p.ResumableHit(reader, 2, {101, -7}));
                    },
-                   {kInvalid}, {"hash", "-7"}});
-  cases.push_back({"Lookup(-1)", [](SlotPool& p) { return St(p.Lookup(-1)); },
-                   {kInvalid}, {"hash", "-1"}});
+                   {kInvalid},
+                   {"hash", "-7"}});
+  cases.push_back({"Lookup(-1)",
+                   [](SlotPool& p) { return St(p.Lookup(-1)); },
+                   {kInvalid},
+                   {"hash", "-1"}});
   cases.push_back({"Lookup(min)",
                    [](SlotPool& p) { return St(p.Lookup(kMin64)); },
-                   {kInvalid}, {"hash", std::to_string(kMin64)}});
-  cases.push_back({"Unindex(-1)", [](SlotPool& p) { return p.Unindex(-1); },
-                   {kInvalid}, {"hash", "-1"}});
+                   {kInvalid},
+                   {"hash", std::to_string(kMin64)}});
+  cases.push_back({"Unindex(-1)",
+                   [](SlotPool& p) { return p.Unindex(-1); },
+                   {kInvalid},
+                   {"hash", "-1"}});
   cases.push_back({"ReserveMidstep(negative hash after a good one)",
                    [reader](SlotPool& p) {
                      return St(p.ReserveMidstep(reader, {{64, 11}, {128, -3}}));
                    },
-                   {kInvalid}, {"hash", "-3"}});
+                   {kInvalid},
+                   {"hash", "-3"}});
 
   // ---- publish / cancel ----
   using ResCall =
@@ -352,29 +412,57 @@ std::vector<Case> Cases() {
       };
   for (const auto& [mname, fn] : res_methods) {
     for (const auto& [what, res] : bad_res) {
-      cases.push_back({mname + ": " + what,
-                       [fn = fn, res = res](SlotPool& p) { return fn(p, res); },
-                       {kInvalid, kPrecondition},
-                       {"reserv", "duplicate", "twice", "hash", "position"}});
+      cases.push_back(
+          {mname + ": " + what,
+           [fn = fn, res = res](SlotPool& p) { return fn(p, res); },
+           {kInvalid, kPrecondition},
+           {"reserv", "duplicate", "twice", "hash", "position", "range"}});
     }
-    cases.push_back({mname + ": pinned reservation",
-                     [fn = fn](SlotPool& p) { return fn(p, {kOutstanding}); },
-                     {kPrecondition, kInvalid},
-                     {"pinned"},
-                     [](SlotPool& p) { Must(p.Pin(kOutstanding.slot, false)); }});
+    cases.push_back(
+        {mname + ": pinned reservation",
+         [fn = fn](SlotPool& p) { return fn(p, {kOutstanding}); },
+         {kPrecondition, kInvalid},
+         {"pinned"},
+         [](SlotPool& p) { Must(p.Pin(kOutstanding.slot, false)); }});
   }
+
+  // ---- release_pin ----
+  for (int64_t slot : bad_slots) {
+    cases.push_back({"ReleasePin(" + std::to_string(slot) + ", 1)",
+                     [slot](SlotPool& p) { return p.ReleasePin(slot, 1); },
+                     {kInvalid},
+                     range_needles(slot)});
+  }
+  cases.push_back({"ReleasePin(pinned 1, -1)",
+                   [](SlotPool& p) { return p.ReleasePin(1, -1); },
+                   {kInvalid},
+                   {"-1", "count", "negative"}});
+  cases.push_back({"ReleasePin(pinned 1, 2 > PinCount)",
+                   [](SlotPool& p) { return p.ReleasePin(1, 2); },
+                   {kPrecondition, kInvalid},
+                   {"pin", "2"}});
+  cases.push_back({"ReleasePin(unpinned live 2, 1)",
+                   [](SlotPool& p) { return p.ReleasePin(2, 1); },
+                   {kPrecondition, kInvalid},
+                   {"pin"}});
+  cases.push_back({"ReleasePin(vacant 7, 1)",
+                   [](SlotPool& p) { return p.ReleasePin(7, 1); },
+                   {kPrecondition, kInvalid},
+                   {"pin", "free"}});
 
   // ---- checkpoint ----
   cases.push_back({"Checkpoint(free vacant committed slot 7)",
                    [](SlotPool& p) {
                      return St(p.Checkpoint(Seq(7, 900, 0, 832), 13, 301));
                    },
-                   {kPrecondition}, {"free"}});
+                   {kPrecondition},
+                   {"free"}});
   cases.push_back({"Checkpoint(free checkpoint committed slot 3)",
                    [](SlotPool& p) {
                      return St(p.Checkpoint(Seq(3, 900, 0, 832), 13, 301));
                    },
-                   {kPrecondition}, {"free"}});
+                   {kPrecondition},
+                   {"free"}});
   for (int64_t slot : {kNumSlots, kCapacity, kMax64}) {
     cases.push_back({"Checkpoint(committed slot " + std::to_string(slot) + ")",
                      [slot](SlotPool& p) {
@@ -387,17 +475,20 @@ std::vector<Case> Cases() {
                    [](SlotPool& p) {
                      return St(p.Checkpoint(Seq(2, 900, 0, 832), 13, -1));
                    },
-                   {kInvalid}, {"hash", "-1"}});
+                   {kInvalid},
+                   {"hash", "-1"}});
   cases.push_back({"Checkpoint(hash -1, no committed slot)",
                    [](SlotPool& p) {
                      return St(p.Checkpoint(Seq(-1, 900, 0, 832), 13, -1));
                    },
-                   {kInvalid}, {"hash", "-1"}});
+                   {kInvalid},
+                   {"hash", "-1"}});
   cases.push_back({"Checkpoint(boundary_blocks -1)",
                    [](SlotPool& p) {
                      return St(p.Checkpoint(Seq(2, 900, 0, 832), -1, 301));
                    },
-                   {kInvalid}, {"boundary", "-1"}});
+                   {kInvalid},
+                   {"boundary", "-1"}});
   return cases;
 }
 
@@ -406,6 +497,7 @@ TEST(SlotPoolRefusal, BaseStateMatchesReference) {
   EXPECT_EQ(testing_util::DumpJson(pool), std::string(kBaseDump));
   EXPECT_EQ(pool.num_slots(), kNumSlots);
   EXPECT_EQ(pool.capacity(), kCapacity);
+  EXPECT_EQ(pool.NumIndexed(), 3);
   EXPECT_INVARIANTS(pool);
 }
 
@@ -432,48 +524,89 @@ TEST(SlotPoolRefusal, RefusedPublishLeavesReservationUsable) {
   EXPECT_EQ(Must(pool.Lookup(102)), 4);
   EXPECT_EQ(pool.Dump().checkpointed, (V{6, 3, 4}));
   // Now it is published: a second publish or a cancel is refused.
-  ExpectRefused(
-      pool,
-      [](SlotPool& p) { return p.PublishMidstep({kOutstanding}, std::nullopt); },
-      {kInvalid, kPrecondition}, {"reserv"});
-  ExpectRefused(
-      pool, [](SlotPool& p) { return p.CancelMidstep({kOutstanding}); },
-      {kInvalid, kPrecondition}, {"reserv"});
+  ExpectRefused(pool,
+                [](SlotPool& p) {
+                  return p.PublishMidstep({kOutstanding}, std::nullopt);
+                },
+                {kInvalid, kPrecondition}, {"reserv"});
+  ExpectRefused(pool,
+                [](SlotPool& p) { return p.CancelMidstep({kOutstanding}); },
+                {kInvalid, kPrecondition}, {"reserv"});
   EXPECT_INVARIANTS(pool);
 }
 
-// Releasing a reservation's slot by Pop/Release keeps the refusal exact: a
-// reservation whose slot was re-reserved under other terms is refused.
-TEST(SlotPoolRefusal, CancelledReservationSlotReReservedIsRefusedUnderOldTerms) {
+// A cancelled reservation's slot reserved again under other terms: the old
+// terms are refused, the new ones accepted.
+TEST(SlotPoolRefusal,
+     CancelledReservationSlotReReservedIsRefusedUnderOldTerms) {
   SlotPool pool = BuildBase();
   std::vector<Reservation> r =
       Must(pool.ReserveMidstep(Seq(-1, 1000), {{512, 105}}));
   ASSERT_EQ(r, (std::vector<Reservation>{{7, 512, 105}}));
-  ExpectRefused(
-      pool, [](SlotPool& p) { return p.CancelMidstep({kCancelled}); },
-      {kInvalid, kPrecondition}, {"reserv", "position", "hash"});
+  ExpectRefused(pool, [](SlotPool& p) { return p.CancelMidstep({kCancelled}); },
+                {kInvalid, kPrecondition}, {"reserv", "position", "hash"});
   Must(pool.CancelMidstep(r));
   EXPECT_INVARIANTS(pool);
 }
 
+// A reserved slot handed back by Release (or moved by RetireTop) is no
+// longer a reservation: publishing or cancelling it would release it twice.
+TEST(SlotPoolRefusal, ReservationWhoseSlotWasReleasedOrRetiredIsRefused) {
+  {
+    SlotPool pool = BuildBase();
+    Must(pool.Release(kOutstanding.slot));
+    ExpectRefused(pool,
+                  [](SlotPool& p) {
+                    return p.PublishMidstep({kOutstanding}, std::nullopt);
+                  },
+                  {kInvalid, kPrecondition}, {"reserv", "free"});
+    ExpectRefused(pool,
+                  [](SlotPool& p) { return p.CancelMidstep({kOutstanding}); },
+                  {kInvalid, kPrecondition}, {"reserv", "free"});
+    EXPECT_EQ(Must(pool.Pop()), 4);  // lowest vacant again; still refused
+    ExpectRefused(pool,
+                  [](SlotPool& p) {
+                    return p.PublishMidstep({kOutstanding}, std::nullopt);
+                  },
+                  {kInvalid, kPrecondition}, {"reserv"});
+  }
+  {
+    SlotPool pool = MakePool(3, Fork(1, true));
+    EXPECT_EQ(Must(pool.Pop()), 0);
+    std::vector<Reservation> r =
+        Must(pool.ReserveMidstep(Seq(-1, 1000), {{64, 1}, {128, 2}}));
+    ASSERT_EQ(r, (std::vector<Reservation>{{1, 64, 1}, {2, 128, 2}}));
+    Must(pool.Release(0));
+    EXPECT_EQ(Must(pool.RetireTop()), (SlotRetirement{2, 0, false}));
+    ExpectRefused(
+        pool,
+        [r](SlotPool& p) { return p.PublishMidstep({r[1]}, std::nullopt); },
+        {kInvalid, kPrecondition}, {"range", "reserv"});
+    Must(pool.Extend(1));
+    ExpectRefused(pool, [r](SlotPool& p) { return p.CancelMidstep({r[1]}); },
+                  {kInvalid, kPrecondition}, {"reserv"});
+    Must(pool.PublishMidstep({r[0]}, std::nullopt));  // the other still good
+    EXPECT_EQ(Must(pool.Lookup(1)), 1);
+    EXPECT_INVARIANTS(pool);
+  }
+}
+
 TEST(SlotPoolRefusal, RetireTopOnEmptyPool) {
   SlotPool empty = MakePool(0, Fork());
-  ExpectRefused(
-      empty, [](SlotPool& p) { return St(p.RetireTop()); }, {kPrecondition},
-      {});
+  ExpectRefused(empty, [](SlotPool& p) { return St(p.RetireTop()); },
+                {kPrecondition}, {});
   SlotPool shrunk = MakePool(1, Fork());
   EXPECT_EQ(Must(shrunk.RetireTop()), (SlotRetirement{0, -1, false}));
-  ExpectRefused(
-      shrunk, [](SlotPool& p) { return St(p.RetireTop()); }, {kPrecondition},
-      {});
+  ExpectRefused(shrunk, [](SlotPool& p) { return St(p.RetireTop()); },
+                {kPrecondition}, {});
 }
 
 TEST(SlotPoolRefusal, PopOnEmptyPool) {
   SlotPool empty = MakePool(0, Fork());
-  ExpectRefused(
-      empty, [](SlotPool& p) { return St(p.Pop()); }, {kExhausted}, {});
-  ExpectRefused(
-      empty, [](SlotPool& p) { return St(p.PopMany(1)); }, {kExhausted}, {});
+  ExpectRefused(empty, [](SlotPool& p) { return St(p.Pop()); }, {kExhausted},
+                {});
+  ExpectRefused(empty, [](SlotPool& p) { return St(p.PopMany(1)); },
+                {kExhausted}, {});
   EXPECT_TRUE(Must(empty.PopMany(0)).empty());
 }
 
@@ -491,14 +624,18 @@ TEST(SlotPoolRefusal, CreateRejectsBadConfiguration) {
       {"copy transfer", 8, copy, 64, {"copy"}},
       {"copy transfer, disabled-size pool", 0, copy, 64, {"copy"}},
       {"negative num_slots", -1, Fork(), 64, {"num_slots", "-1"}},
-      {"num_slots beyond kMaxSlots", kMaxSlots + 1, Fork(), 64,
+      {"num_slots beyond kMaxSlots",
+       kMaxSlots + 1,
+       Fork(),
+       64,
        {"num_slots", std::to_string(kMaxSlots + 1)}},
       {"hash_block_size 0", 8, Fork(), 0, {"hash_block_size", "0"}},
       {"hash_block_size -1", 8, Fork(), -1, {"hash_block_size", "-1"}},
   };
   for (const Row& r : rows) {
     SCOPED_TRACE(r.name);
-    absl::StatusOr<SlotPool> p = SlotPool::Create(r.num_slots, r.transfer, r.hbs);
+    absl::StatusOr<SlotPool> p =
+        SlotPool::Create(r.num_slots, r.transfer, r.hbs);
     ASSERT_FALSE(p.ok());
     EXPECT_EQ(p.status().code(), kInvalid) << p.status();
     const std::string msg = Lower(std::string(p.status().message()));
@@ -526,9 +663,8 @@ TEST(SlotPoolRefusal, StateTransferCreateRejectsInvalidCombinations) {
                                        {TransferKind::kNone, 0, true},
                                        {TransferKind::kReplay, -1, false},
                                        {TransferKind::kCopy, -2, false}}) {
-    SCOPED_TRACE(testing::Message()
-                 << TransferKindName(r.kind) << " " << r.fork_tokens << " "
-                 << r.readable);
+    SCOPED_TRACE(testing::Message() << TransferKindName(r.kind) << " "
+                                    << r.fork_tokens << " " << r.readable);
     absl::StatusOr<StateTransfer> t =
         StateTransfer::Create(r.kind, r.fork_tokens, r.readable);
     ASSERT_FALSE(t.ok());

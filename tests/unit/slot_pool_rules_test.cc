@@ -73,7 +73,9 @@ TEST(SlotPoolRules, VacantIsSpentBeforeAnyCheckpoint) {
             (CheckpointResult{1, 0}));
   pool.ReleasePins();
   pool.ReleasePins();
-  EXPECT_DUMP(pool, R"({"checkpointed":[0],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":1,"checkpoints_orphaned":0,"deferred":[],"free":[0,2,3],"hash_to_slot":[[100,0]],"num_slots":4,"pinned":[],"relocations":[],"slot_hash":[100,-1,-1,-1],"speculative":[]})");
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[0],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":1,"checkpoints_orphaned":0,"deferred":[],"free":[0,2,3],"hash_to_slot":[[100,0]],"num_slots":4,"pinned":[],"relocations":[],"slot_hash":[100,-1,-1,-1],"speculative":[]})");
   EXPECT_TRUE(Must(pool.HoldsCheckpoint(0)));
   // Slot 0 is the lowest free index but holds a checkpoint: 2 and 3 go first.
   EXPECT_EQ(Must(pool.Pop()), 2);
@@ -82,14 +84,15 @@ TEST(SlotPoolRules, VacantIsSpentBeforeAnyCheckpoint) {
   EXPECT_EQ(Must(pool.Pop()), 0);
   EXPECT_EQ(pool.Fates().evicted, 1);
   EXPECT_EQ(Must(pool.Lookup(100)), -1);
-  EXPECT_DUMP(pool, R"({"checkpointed":[],"checkpoints_dropped":0,"checkpoints_evicted":1,"checkpoints_kept":1,"checkpoints_orphaned":0,"deferred":[],"free":[],"hash_to_slot":[],"num_slots":4,"pinned":[],"relocations":[],"slot_hash":[-1,-1,-1,-1],"speculative":[]})");
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[],"checkpoints_dropped":0,"checkpoints_evicted":1,"checkpoints_kept":1,"checkpoints_orphaned":0,"deferred":[],"free":[],"hash_to_slot":[],"num_slots":4,"pinned":[],"relocations":[],"slot_hash":[-1,-1,-1,-1],"speculative":[]})");
   EXPECT_INVARIANTS(pool);
 }
 
 TEST(SlotPoolRules, LruHeadCheckpointIsSpentFirstAndCountedEvicted) {
   SlotPool pool = MakePool(4, Fork(1, true));
-  EXPECT_EQ(PublishPlain(pool, {{64, 11}, {128, 12}, {192, 13}}),
-            (V{0, 1, 2}));
+  EXPECT_EQ(PublishPlain(pool, {{64, 11}, {128, 12}, {192, 13}}), (V{0, 1, 2}));
   EXPECT_EQ(pool.Dump().checkpointed, (V{0, 1, 2}));
   EXPECT_EQ(Must(pool.Pop()), 3);  // the vacant one
   EXPECT_EQ(Must(pool.Pop()), 0);  // LRU head
@@ -99,7 +102,9 @@ TEST(SlotPoolRules, LruHeadCheckpointIsSpentFirstAndCountedEvicted) {
   EXPECT_EQ(Must(pool.Lookup(11)), -1);
   EXPECT_EQ(Must(pool.Lookup(12)), -1);
   EXPECT_EQ(Must(pool.Lookup(13)), 2);
-  EXPECT_DUMP(pool, R"({"checkpointed":[2],"checkpoints_dropped":0,"checkpoints_evicted":2,"checkpoints_kept":3,"checkpoints_orphaned":0,"deferred":[],"free":[2],"hash_to_slot":[[13,2]],"num_slots":4,"pinned":[],"relocations":[],"slot_hash":[-1,-1,13,-1],"speculative":[]})");
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[2],"checkpoints_dropped":0,"checkpoints_evicted":2,"checkpoints_kept":3,"checkpoints_orphaned":0,"deferred":[],"free":[2],"hash_to_slot":[[13,2]],"num_slots":4,"pinned":[],"relocations":[],"slot_hash":[-1,-1,13,-1],"speculative":[]})");
   EXPECT_INVARIANTS(pool);
 }
 
@@ -108,16 +113,20 @@ TEST(SlotPoolRules, SpeculativeSlotsAreFiledAtLruHeadOnRelease) {
   const Sequence anchored = Seq(-1, 1000, 128, 0);
   std::vector<Reservation> r =
       Must(pool.ReserveMidstep(anchored, {{64, 11}, {128, 12}, {192, 13}}));
-  ASSERT_EQ(r, (std::vector<Reservation>{{0, 64, 11}, {1, 128, 12},
-                                          {2, 192, 13}}));
+  ASSERT_EQ(
+      r, (std::vector<Reservation>{{0, 64, 11}, {1, 128, 12}, {2, 192, 13}}));
   Must(pool.PublishMidstep(r, anchored));
   // 64 and 192 are guesses (head), 128 is the anchor (tail).
-  EXPECT_DUMP(pool, R"({"checkpointed":[2,0,1],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":3,"checkpoints_orphaned":0,"deferred":[],"free":[0,1,2,3,4],"hash_to_slot":[[11,0],[12,1],[13,2]],"num_slots":5,"pinned":[],"relocations":[],"slot_hash":[11,12,13,-1,-1],"speculative":[0,2]})");
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[2,0,1],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":3,"checkpoints_orphaned":0,"deferred":[],"free":[0,1,2,3,4],"hash_to_slot":[[11,0],[12,1],[13,2]],"num_slots":5,"pinned":[],"relocations":[],"slot_hash":[11,12,13,-1,-1],"speculative":[0,2]})");
   // A resumed slot marked speculative goes back to the head too.
   Must(pool.Claim(1));
   Must(pool.MarkSpeculative(1));
   Must(pool.Release(1));
-  EXPECT_DUMP(pool, R"({"checkpointed":[1,2,0],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":3,"checkpoints_orphaned":0,"deferred":[],"free":[0,1,2,3,4],"hash_to_slot":[[11,0],[12,1],[13,2]],"num_slots":5,"pinned":[],"relocations":[],"slot_hash":[11,12,13,-1,-1],"speculative":[0,1,2]})");
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[1,2,0],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":3,"checkpoints_orphaned":0,"deferred":[],"free":[0,1,2,3,4],"hash_to_slot":[[11,0],[12,1],[13,2]],"num_slots":5,"pinned":[],"relocations":[],"slot_hash":[11,12,13,-1,-1],"speculative":[0,1,2]})");
   EXPECT_EQ(Must(pool.Pop()), 3);
   EXPECT_EQ(Must(pool.Pop()), 4);
   EXPECT_EQ(Must(pool.Pop()), 1);  // head: the last speculative release
@@ -145,9 +154,13 @@ TEST(SlotPoolRules, PromoteMovesFreeCheckpointToTail) {
   std::vector<Reservation> r =
       Must(pool.ReserveMidstep(no_anchor, {{64, 11}, {128, 12}, {192, 13}}));
   Must(pool.PublishMidstep(r, no_anchor));
-  EXPECT_DUMP(pool, R"({"checkpointed":[2,1,0],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":3,"checkpoints_orphaned":0,"deferred":[],"free":[0,1,2,3,4],"hash_to_slot":[[11,0],[12,1],[13,2]],"num_slots":5,"pinned":[],"relocations":[],"slot_hash":[11,12,13,-1,-1],"speculative":[0,1,2]})");  // all guesses: [2,1,0]
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[2,1,0],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":3,"checkpoints_orphaned":0,"deferred":[],"free":[0,1,2,3,4],"hash_to_slot":[[11,0],[12,1],[13,2]],"num_slots":5,"pinned":[],"relocations":[],"slot_hash":[11,12,13,-1,-1],"speculative":[0,1,2]})");  // all guesses: [2,1,0]
   Must(pool.Promote(1));
-  EXPECT_DUMP(pool, R"({"checkpointed":[2,0,1],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":3,"checkpoints_orphaned":0,"deferred":[],"free":[0,1,2,3,4],"hash_to_slot":[[11,0],[12,1],[13,2]],"num_slots":5,"pinned":[],"relocations":[],"slot_hash":[11,12,13,-1,-1],"speculative":[0,2]})");  // 1 to the tail, mark gone
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[2,0,1],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":3,"checkpoints_orphaned":0,"deferred":[],"free":[0,1,2,3,4],"hash_to_slot":[[11,0],[12,1],[13,2]],"num_slots":5,"pinned":[],"relocations":[],"slot_hash":[11,12,13,-1,-1],"speculative":[0,2]})");  // 1 to the tail, mark gone
   // Promoting an unmarked slot (again 1; and vacant 3) changes nothing.
   const PoolSnapshot before = pool.Dump();
   Must(pool.Promote(1));
@@ -190,11 +203,15 @@ TEST(SlotPoolRules, ResumeRefreshesLruPosition) {
   EXPECT_EQ(pool.Dump().checkpointed, (V{0, 1, 2}));
   Must(pool.Claim(0));
   // Claim keeps the hash on the live slot (reference quirk).
-  EXPECT_DUMP(pool, R"({"checkpointed":[1,2],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":3,"checkpoints_orphaned":0,"deferred":[],"free":[1,2,3],"hash_to_slot":[[11,0],[12,1],[13,2]],"num_slots":4,"pinned":[],"relocations":[],"slot_hash":[11,12,13,-1],"speculative":[]})");
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[1,2],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":3,"checkpoints_orphaned":0,"deferred":[],"free":[1,2,3],"hash_to_slot":[[11,0],[12,1],[13,2]],"num_slots":4,"pinned":[],"relocations":[],"slot_hash":[11,12,13,-1],"speculative":[]})");
   EXPECT_FALSE(Must(pool.HoldsCheckpoint(0)));
   EXPECT_EQ(Must(pool.Lookup(11)), 0);
   Must(pool.Release(0));
-  EXPECT_DUMP(pool, R"({"checkpointed":[1,2,0],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":3,"checkpoints_orphaned":0,"deferred":[],"free":[0,1,2,3],"hash_to_slot":[[11,0],[12,1],[13,2]],"num_slots":4,"pinned":[],"relocations":[],"slot_hash":[11,12,13,-1],"speculative":[]})");  // [1,2,0]
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[1,2,0],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":3,"checkpoints_orphaned":0,"deferred":[],"free":[0,1,2,3],"hash_to_slot":[[11,0],[12,1],[13,2]],"num_slots":4,"pinned":[],"relocations":[],"slot_hash":[11,12,13,-1],"speculative":[]})");  // [1,2,0]
   EXPECT_EQ(Must(pool.Pop()), 3);
   EXPECT_EQ(Must(pool.Pop()), 1);
   EXPECT_EQ(pool.Fates().evicted, 1);
@@ -216,14 +233,20 @@ TEST(SlotPoolRules, ReleasePinsKeepsDeferredOneMorePassAndReleasesInSlotOrder) {
   EXPECT_EQ(Must(pool.PinCount(1)), 2);
   EXPECT_EQ(Must(pool.PinCount(0)), 0);
   EXPECT_TRUE(Must(pool.IsPinned(2)));
-  EXPECT_DUMP(pool, R"({"checkpointed":[0],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":4,"checkpoints_orphaned":0,"deferred":[2],"free":[0,4],"hash_to_slot":[[10,0],[11,1],[12,2],[13,3]],"num_slots":5,"pinned":[[1,2],[2,1],[3,1]],"relocations":[],"slot_hash":[10,11,12,13,-1],"speculative":[]})");
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[0],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":4,"checkpoints_orphaned":0,"deferred":[2],"free":[0,4],"hash_to_slot":[[10,0],[11,1],[12,2],[13,3]],"num_slots":5,"pinned":[[1,2],[2,1],[3,1]],"relocations":[],"slot_hash":[10,11,12,13,-1],"speculative":[]})");
   pool.ReleasePins();
   // 1 and 3 go back once each, 1 first (slot order), to the LRU tail; 2 stays.
-  EXPECT_DUMP(pool, R"({"checkpointed":[0,1,3],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":4,"checkpoints_orphaned":0,"deferred":[],"free":[0,1,3,4],"hash_to_slot":[[10,0],[11,1],[12,2],[13,3]],"num_slots":5,"pinned":[[2,1]],"relocations":[],"slot_hash":[10,11,12,13,-1],"speculative":[]})");
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[0,1,3],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":4,"checkpoints_orphaned":0,"deferred":[],"free":[0,1,3,4],"hash_to_slot":[[10,0],[11,1],[12,2],[13,3]],"num_slots":5,"pinned":[[2,1]],"relocations":[],"slot_hash":[10,11,12,13,-1],"speculative":[]})");
   EXPECT_TRUE(Must(pool.IsPinned(2)));
   EXPECT_FALSE(Must(pool.IsPinned(1)));
   pool.ReleasePins();
-  EXPECT_DUMP(pool, R"({"checkpointed":[0,1,3,2],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":4,"checkpoints_orphaned":0,"deferred":[],"free":[0,1,2,3,4],"hash_to_slot":[[10,0],[11,1],[12,2],[13,3]],"num_slots":5,"pinned":[],"relocations":[],"slot_hash":[10,11,12,13,-1],"speculative":[]})");
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[0,1,3,2],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":4,"checkpoints_orphaned":0,"deferred":[],"free":[0,1,2,3,4],"hash_to_slot":[[10,0],[11,1],[12,2],[13,3]],"num_slots":5,"pinned":[],"relocations":[],"slot_hash":[10,11,12,13,-1],"speculative":[]})");
   const PoolSnapshot before = pool.Dump();
   pool.ReleasePins();  // nothing pinned: no-op
   EXPECT_EQ(pool.Dump(), before);
@@ -252,7 +275,47 @@ TEST(SlotPoolRules, UnpinDropsOneReferenceWithoutFreeing) {
   Must(pool.Unpin(s));
   EXPECT_EQ(pool.Dump().pinned, (PV{}));
   EXPECT_EQ(pool.Dump().deferred, (V{}));  // the last unpin clears deferred
-  EXPECT_FALSE(Must(pool.IsFree(s)));       // taken over, not freed
+  EXPECT_FALSE(Must(pool.IsFree(s)));      // taken over, not freed
+  EXPECT_INVARIANTS(pool);
+}
+
+// ReleasePin (the daemon's per-session share of the pin clock; no reference
+// counterpart): drops `count` pins, frees at zero as ReleasePins would, and
+// with count 0 only ends the deferral.
+TEST(SlotPoolRules, ReleasePinDropsCountAndFreesAtZero) {
+  SlotPool pool = MakePool(4, Fork());
+  EXPECT_EQ(Must(pool.Pop()), 0);
+  EXPECT_EQ(Must(pool.Checkpoint(Seq(0, 900, 0, 832), 13, 1001)),
+            (CheckpointResult{1, 0}));
+  Must(pool.Pin(0, false));
+  EXPECT_EQ(pool.Dump().pinned, (PV{{0, 2}}));
+  EXPECT_EQ(pool.Dump().deferred, (V{0}));
+  Must(pool.ReleasePin(0, 0));
+  EXPECT_EQ(pool.Dump().pinned, (PV{{0, 2}}));
+  EXPECT_EQ(pool.Dump().deferred, (V{}));
+  Must(pool.ReleasePin(0, 1));
+  EXPECT_EQ(pool.Dump().pinned, (PV{{0, 1}}));
+  EXPECT_FALSE(Must(pool.IsFree(0)));
+  Must(pool.ReleasePin(0, 1));
+  EXPECT_EQ(pool.Dump().pinned, (PV{}));
+  EXPECT_TRUE(Must(pool.HoldsCheckpoint(0)));
+  EXPECT_EQ(pool.Dump().checkpointed, (V{0}));
+  EXPECT_EQ(pool.NumIndexed(), 1);
+  EXPECT_INVARIANTS(pool);
+}
+
+TEST(SlotPoolRules, ReleasePinWithCountZeroLetsTheNextPassFreeIt) {
+  SlotPool pool = MakePool(4, Fork());
+  EXPECT_EQ(Must(pool.Pop()), 0);
+  Must(pool.Checkpoint(Seq(0, 900, 0, 832), 13, 1001));
+  Must(pool.ReleasePin(0, 0));
+  pool.ReleasePins();  // one pass instead of two
+  EXPECT_EQ(pool.Dump().pinned, (PV{}));
+  EXPECT_EQ(pool.Dump().checkpointed, (V{0}));
+  // Count 0 on an unpinned slot is a no-op.
+  const PoolSnapshot before = pool.Dump();
+  Must(pool.ReleasePin(2, 0));
+  EXPECT_EQ(pool.Dump(), before);
   EXPECT_INVARIANTS(pool);
 }
 
@@ -262,13 +325,19 @@ TEST(SlotPoolRules, DropReaderFreesOnlyOnLastReader) {
   Must(pool.Claim(0));
   Must(pool.Pin(0, false));
   Must(pool.Pin(0, false));
-  EXPECT_DUMP(pool, R"({"checkpointed":[],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":1,"checkpoints_orphaned":0,"deferred":[],"free":[1,2,3],"hash_to_slot":[[11,0]],"num_slots":4,"pinned":[[0,2]],"relocations":[],"slot_hash":[11,-1,-1,-1],"speculative":[]})");
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":1,"checkpoints_orphaned":0,"deferred":[],"free":[1,2,3],"hash_to_slot":[[11,0]],"num_slots":4,"pinned":[[0,2]],"relocations":[],"slot_hash":[11,-1,-1,-1],"speculative":[]})");
   Must(pool.DropReader(0));  // count 2 -> 1: still pinned, not free
-  EXPECT_DUMP(pool, R"({"checkpointed":[],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":1,"checkpoints_orphaned":0,"deferred":[],"free":[1,2,3],"hash_to_slot":[[11,0]],"num_slots":4,"pinned":[[0,1]],"relocations":[],"slot_hash":[11,-1,-1,-1],"speculative":[]})");
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":1,"checkpoints_orphaned":0,"deferred":[],"free":[1,2,3],"hash_to_slot":[[11,0]],"num_slots":4,"pinned":[[0,1]],"relocations":[],"slot_hash":[11,-1,-1,-1],"speculative":[]})");
   EXPECT_TRUE(Must(pool.IsPinned(0)));
   EXPECT_FALSE(Must(pool.IsFree(0)));
   Must(pool.DropReader(0));  // last reader: back on the free list
-  EXPECT_DUMP(pool, R"({"checkpointed":[0],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":1,"checkpoints_orphaned":0,"deferred":[],"free":[0,1,2,3],"hash_to_slot":[[11,0]],"num_slots":4,"pinned":[],"relocations":[],"slot_hash":[11,-1,-1,-1],"speculative":[]})");
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[0],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":1,"checkpoints_orphaned":0,"deferred":[],"free":[0,1,2,3],"hash_to_slot":[[11,0]],"num_slots":4,"pinned":[],"relocations":[],"slot_hash":[11,-1,-1,-1],"speculative":[]})");
   // -1 and an unpinned slot are no-ops.
   const PoolSnapshot before = pool.Dump();
   Must(pool.DropReader(-1));
@@ -285,9 +354,13 @@ TEST(SlotPoolRules, DropReaderFreesForkSourceEarly) {
   ASSERT_EQ(x, 1);
   EXPECT_EQ(Must(pool.Checkpoint(Seq(x, 900, 0, 832), 13, 55)),
             (CheckpointResult{2, 1}));
-  EXPECT_DUMP(pool, R"({"checkpointed":[0],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":2,"checkpoints_orphaned":0,"deferred":[1],"free":[0,3],"hash_to_slot":[[11,0],[55,1]],"num_slots":4,"pinned":[[1,1]],"relocations":[],"slot_hash":[11,55,-1,-1],"speculative":[]})");
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[0],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":2,"checkpoints_orphaned":0,"deferred":[1],"free":[0,3],"hash_to_slot":[[11,0],[55,1]],"num_slots":4,"pinned":[[1,1]],"relocations":[],"slot_hash":[11,55,-1,-1],"speculative":[]})");
   Must(pool.DropReader(x));
-  EXPECT_DUMP(pool, R"({"checkpointed":[0,1],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":2,"checkpoints_orphaned":0,"deferred":[],"free":[0,1,3],"hash_to_slot":[[11,0],[55,1]],"num_slots":4,"pinned":[],"relocations":[],"slot_hash":[11,55,-1,-1],"speculative":[]})");  // freed, deferred gone
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[0,1],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":2,"checkpoints_orphaned":0,"deferred":[],"free":[0,1,3],"hash_to_slot":[[11,0],[55,1]],"num_slots":4,"pinned":[],"relocations":[],"slot_hash":[11,55,-1,-1],"speculative":[]})");  // freed, deferred gone
   EXPECT_INVARIANTS(pool);
 }
 
@@ -301,7 +374,9 @@ TEST(SlotPoolRules, RetireTopVacantTop) {
   EXPECT_EQ(*r, (SlotRetirement{3, -1, false}));
   EXPECT_EQ(pool.num_slots(), 3);
   EXPECT_EQ(pool.capacity(), 4);
-  EXPECT_DUMP(pool, R"({"checkpointed":[],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":0,"checkpoints_orphaned":0,"deferred":[],"free":[1,2],"hash_to_slot":[],"num_slots":3,"pinned":[],"relocations":[],"slot_hash":[-1,-1,-1,-1],"speculative":[]})");
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":0,"checkpoints_orphaned":0,"deferred":[],"free":[1,2],"hash_to_slot":[],"num_slots":3,"pinned":[],"relocations":[],"slot_hash":[-1,-1,-1,-1],"speculative":[]})");
   EXPECT_INVARIANTS(pool);
 }
 
@@ -336,7 +411,9 @@ TEST(SlotPoolRules, RetireTopLiveTopRelocatesToLowestVacant) {
   std::optional<SlotRetirement> r = Must(pool.RetireTop());
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(*r, (SlotRetirement{3, 1, false}));
-  EXPECT_DUMP(pool, R"({"checkpointed":[],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":0,"checkpoints_orphaned":0,"deferred":[],"free":[2],"hash_to_slot":[],"num_slots":3,"pinned":[],"relocations":[],"slot_hash":[-1,-1,-1,-1],"speculative":[]})");
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":0,"checkpoints_orphaned":0,"deferred":[],"free":[2],"hash_to_slot":[],"num_slots":3,"pinned":[],"relocations":[],"slot_hash":[-1,-1,-1,-1],"speculative":[]})");
   // The pool does not log the copy itself: the caller records it.
   EXPECT_TRUE(pool.TakeRelocations().empty());
   EXPECT_INVARIANTS(pool);
@@ -345,21 +422,25 @@ TEST(SlotPoolRules, RetireTopLiveTopRelocatesToLowestVacant) {
 TEST(SlotPoolRules, RetireTopRehomesCheckpointKeepingLruPositionAndMark) {
   SlotPool pool = MakePool(5, Fork(1, true));
   EXPECT_EQ(Must(pool.PopMany(2)), (V{0, 1}));
-  std::vector<Reservation> r = Must(
-      pool.ReserveMidstep(AnySeq(), {{64, 12}, {128, 13}, {192, 14}}));
-  ASSERT_EQ(r, (std::vector<Reservation>{{2, 64, 12}, {3, 128, 13},
-                                          {4, 192, 14}}));
+  std::vector<Reservation> r =
+      Must(pool.ReserveMidstep(AnySeq(), {{64, 12}, {128, 13}, {192, 14}}));
+  ASSERT_EQ(
+      r, (std::vector<Reservation>{{2, 64, 12}, {3, 128, 13}, {4, 192, 14}}));
   Must(pool.PublishMidstep({r[0]}, std::nullopt));
   Must(pool.PublishMidstep({r[2]}, std::nullopt));
   Must(pool.PublishMidstep({r[1]}, std::nullopt));
   Must(pool.MarkSpeculative(4));  // a mark on a free checkpoint: no move yet
-  EXPECT_DUMP(pool, R"({"checkpointed":[2,4,3],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":3,"checkpoints_orphaned":0,"deferred":[],"free":[2,3,4],"hash_to_slot":[[12,2],[13,3],[14,4]],"num_slots":5,"pinned":[],"relocations":[],"slot_hash":[-1,-1,12,13,14],"speculative":[4]})");
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[2,4,3],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":3,"checkpoints_orphaned":0,"deferred":[],"free":[2,3,4],"hash_to_slot":[[12,2],[13,3],[14,4]],"num_slots":5,"pinned":[],"relocations":[],"slot_hash":[-1,-1,12,13,14],"speculative":[4]})");
   Must(pool.Release(0));
   std::optional<SlotRetirement> ret = Must(pool.RetireTop());
   ASSERT_TRUE(ret.has_value());
   EXPECT_EQ(*ret, (SlotRetirement{4, 0, true}));
   // 14 now lives at 0, in 4's LRU place, and carries 4's mark.
-  EXPECT_DUMP(pool, R"({"checkpointed":[2,0,3],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":3,"checkpoints_orphaned":0,"deferred":[],"free":[0,2,3],"hash_to_slot":[[12,2],[13,3],[14,0]],"num_slots":4,"pinned":[],"relocations":[],"slot_hash":[14,-1,12,13,-1],"speculative":[0]})");
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[2,0,3],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":3,"checkpoints_orphaned":0,"deferred":[],"free":[0,2,3],"hash_to_slot":[[12,2],[13,3],[14,0]],"num_slots":4,"pinned":[],"relocations":[],"slot_hash":[14,-1,12,13,-1],"speculative":[0]})");
   EXPECT_EQ(Must(pool.Lookup(14)), 0);
   EXPECT_EQ(pool.Fates().evicted, 0);
   EXPECT_INVARIANTS(pool);
@@ -369,13 +450,17 @@ TEST(SlotPoolRules, RetireTopSpendsLastCheckpointWhenNothingElseFree) {
   SlotPool pool = MakePool(2, Fork(1, true));
   EXPECT_EQ(Must(pool.Pop()), 0);
   EXPECT_EQ(PublishPlain(pool, {{64, 21}}), (V{1}));
-  EXPECT_DUMP(pool, R"({"checkpointed":[1],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":1,"checkpoints_orphaned":0,"deferred":[],"free":[1],"hash_to_slot":[[21,1]],"num_slots":2,"pinned":[],"relocations":[],"slot_hash":[-1,21],"speculative":[]})");
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[1],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":1,"checkpoints_orphaned":0,"deferred":[],"free":[1],"hash_to_slot":[[21,1]],"num_slots":2,"pinned":[],"relocations":[],"slot_hash":[-1,21],"speculative":[]})");
   std::optional<SlotRetirement> r = Must(pool.RetireTop());
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(*r, (SlotRetirement{1, -1, true}));
   EXPECT_EQ(pool.Fates().evicted, 1);  // corrections.py #1
   EXPECT_EQ(Must(pool.Lookup(21)), -1);
-  EXPECT_DUMP(pool, R"({"checkpointed":[],"checkpoints_dropped":0,"checkpoints_evicted":1,"checkpoints_kept":1,"checkpoints_orphaned":0,"deferred":[],"free":[],"hash_to_slot":[],"num_slots":1,"pinned":[],"relocations":[],"slot_hash":[-1,-1],"speculative":[]})");
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[],"checkpoints_dropped":0,"checkpoints_evicted":1,"checkpoints_kept":1,"checkpoints_orphaned":0,"deferred":[],"free":[],"hash_to_slot":[],"num_slots":1,"pinned":[],"relocations":[],"slot_hash":[-1,-1],"speculative":[]})");
   EXPECT_INVARIANTS(pool);
 }
 
@@ -385,12 +470,16 @@ TEST(SlotPoolRules, RetireTopLiveTopSpendsLruHeadCheckpointAsTarget) {
       Must(pool.ReserveMidstep(AnySeq(), {{64, 31}, {128, 32}}));
   EXPECT_EQ(Must(pool.Pop()), 2);
   Must(pool.PublishMidstep(r, std::nullopt));
-  EXPECT_DUMP(pool, R"({"checkpointed":[0,1],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":2,"checkpoints_orphaned":0,"deferred":[],"free":[0,1],"hash_to_slot":[[31,0],[32,1]],"num_slots":3,"pinned":[],"relocations":[],"slot_hash":[31,32,-1],"speculative":[]})");
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[0,1],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":2,"checkpoints_orphaned":0,"deferred":[],"free":[0,1],"hash_to_slot":[[31,0],[32,1]],"num_slots":3,"pinned":[],"relocations":[],"slot_hash":[31,32,-1],"speculative":[]})");
   std::optional<SlotRetirement> ret = Must(pool.RetireTop());
   ASSERT_TRUE(ret.has_value());
   EXPECT_EQ(*ret, (SlotRetirement{2, 0, false}));
   EXPECT_EQ(pool.Fates().evicted, 1);  // corrections.py #1
-  EXPECT_DUMP(pool, R"({"checkpointed":[1],"checkpoints_dropped":0,"checkpoints_evicted":1,"checkpoints_kept":2,"checkpoints_orphaned":0,"deferred":[],"free":[1],"hash_to_slot":[[32,1]],"num_slots":2,"pinned":[],"relocations":[],"slot_hash":[-1,32,-1],"speculative":[]})");
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[1],"checkpoints_dropped":0,"checkpoints_evicted":1,"checkpoints_kept":2,"checkpoints_orphaned":0,"deferred":[],"free":[1],"hash_to_slot":[[32,1]],"num_slots":2,"pinned":[],"relocations":[],"slot_hash":[-1,32,-1],"speculative":[]})");
   EXPECT_INVARIANTS(pool);
 }
 
@@ -399,11 +488,15 @@ TEST(SlotPoolRules, RetireTopCheckpointSpendsLruHeadAndDropsItsStaleMark) {
   EXPECT_EQ(Must(pool.Pop()), 0);
   EXPECT_EQ(PublishPlain(pool, {{64, 41}, {128, 42}}), (V{1, 2}));
   Must(pool.MarkSpeculative(1));  // the target's mark must not stick
-  EXPECT_DUMP(pool, R"({"checkpointed":[1,2],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":2,"checkpoints_orphaned":0,"deferred":[],"free":[1,2],"hash_to_slot":[[41,1],[42,2]],"num_slots":3,"pinned":[],"relocations":[],"slot_hash":[-1,41,42],"speculative":[1]})");
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[1,2],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":2,"checkpoints_orphaned":0,"deferred":[],"free":[1,2],"hash_to_slot":[[41,1],[42,2]],"num_slots":3,"pinned":[],"relocations":[],"slot_hash":[-1,41,42],"speculative":[1]})");
   std::optional<SlotRetirement> ret = Must(pool.RetireTop());
   ASSERT_TRUE(ret.has_value());
   EXPECT_EQ(*ret, (SlotRetirement{2, 1, true}));
-  EXPECT_DUMP(pool, R"({"checkpointed":[1],"checkpoints_dropped":0,"checkpoints_evicted":1,"checkpoints_kept":2,"checkpoints_orphaned":0,"deferred":[],"free":[1],"hash_to_slot":[[42,1]],"num_slots":2,"pinned":[],"relocations":[],"slot_hash":[-1,42,-1],"speculative":[]})");  // speculative [] (corrections #2)
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[1],"checkpoints_dropped":0,"checkpoints_evicted":1,"checkpoints_kept":2,"checkpoints_orphaned":0,"deferred":[],"free":[1],"hash_to_slot":[[42,1]],"num_slots":2,"pinned":[],"relocations":[],"slot_hash":[-1,42,-1],"speculative":[]})");  // speculative [] (corrections #2)
   EXPECT_INVARIANTS(pool);
 }
 
@@ -415,7 +508,9 @@ TEST(SlotPoolRules, RetireTopCheckpointCarriesItsMarkOntoSpentTarget) {
   std::optional<SlotRetirement> ret = Must(pool.RetireTop());
   ASSERT_TRUE(ret.has_value());
   EXPECT_EQ(*ret, (SlotRetirement{2, 1, true}));
-  EXPECT_DUMP(pool, R"({"checkpointed":[1],"checkpoints_dropped":0,"checkpoints_evicted":1,"checkpoints_kept":2,"checkpoints_orphaned":0,"deferred":[],"free":[1],"hash_to_slot":[[42,1]],"num_slots":2,"pinned":[],"relocations":[],"slot_hash":[-1,42,-1],"speculative":[1]})");  // speculative [1]
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[1],"checkpoints_dropped":0,"checkpoints_evicted":1,"checkpoints_kept":2,"checkpoints_orphaned":0,"deferred":[],"free":[1],"hash_to_slot":[[42,1]],"num_slots":2,"pinned":[],"relocations":[],"slot_hash":[-1,42,-1],"speculative":[1]})");  // speculative [1]
   EXPECT_INVARIANTS(pool);
 }
 
@@ -427,9 +522,13 @@ TEST(SlotPoolRules, RetireTopOfTailCheckpointKeepsTailPosition) {
   std::optional<SlotRetirement> ret = Must(pool.RetireTop());
   ASSERT_TRUE(ret.has_value());
   EXPECT_EQ(*ret, (SlotRetirement{2, 0, true}));
-  EXPECT_DUMP(pool, R"({"checkpointed":[1,0],"checkpoints_dropped":0,"checkpoints_evicted":1,"checkpoints_kept":3,"checkpoints_orphaned":0,"deferred":[],"free":[0,1],"hash_to_slot":[[2,1],[3,0]],"num_slots":2,"pinned":[],"relocations":[],"slot_hash":[3,2,-1],"speculative":[]})");
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[1,0],"checkpoints_dropped":0,"checkpoints_evicted":1,"checkpoints_kept":3,"checkpoints_orphaned":0,"deferred":[],"free":[0,1],"hash_to_slot":[[2,1],[3,0]],"num_slots":2,"pinned":[],"relocations":[],"slot_hash":[3,2,-1],"speculative":[]})");
   Must(pool.Extend(2));
-  EXPECT_DUMP(pool, R"({"checkpointed":[1,0],"checkpoints_dropped":0,"checkpoints_evicted":1,"checkpoints_kept":3,"checkpoints_orphaned":0,"deferred":[],"free":[0,1,2,3],"hash_to_slot":[[2,1],[3,0]],"num_slots":4,"pinned":[],"relocations":[],"slot_hash":[3,2,-1,-1],"speculative":[]})");
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[1,0],"checkpoints_dropped":0,"checkpoints_evicted":1,"checkpoints_kept":3,"checkpoints_orphaned":0,"deferred":[],"free":[0,1,2,3],"hash_to_slot":[[2,1],[3,0]],"num_slots":4,"pinned":[],"relocations":[],"slot_hash":[3,2,-1,-1],"speculative":[]})");
   EXPECT_INVARIANTS(pool);
 }
 
@@ -452,9 +551,13 @@ TEST(SlotPoolRules, UnindexCountsOrphanedOnlyForKnownHash) {
   SlotPool pool = MakePool(4, Fork(1, true));
   PublishPlain(pool, {{64, 11}, {128, 12}});
   Must(pool.Claim(1));
-  EXPECT_DUMP(pool, R"({"checkpointed":[0],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":2,"checkpoints_orphaned":0,"deferred":[],"free":[0,2,3],"hash_to_slot":[[11,0],[12,1]],"num_slots":4,"pinned":[],"relocations":[],"slot_hash":[11,12,-1,-1],"speculative":[]})");
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[0],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":2,"checkpoints_orphaned":0,"deferred":[],"free":[0,2,3],"hash_to_slot":[[11,0],[12,1]],"num_slots":4,"pinned":[],"relocations":[],"slot_hash":[11,12,-1,-1],"speculative":[]})");
   Must(pool.Unindex(11));  // free checkpoint: goes vacant
-  EXPECT_DUMP(pool, R"({"checkpointed":[],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":2,"checkpoints_orphaned":1,"deferred":[],"free":[0,2,3],"hash_to_slot":[[12,1]],"num_slots":4,"pinned":[],"relocations":[],"slot_hash":[-1,12,-1,-1],"speculative":[]})");
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":2,"checkpoints_orphaned":1,"deferred":[],"free":[0,2,3],"hash_to_slot":[[12,1]],"num_slots":4,"pinned":[],"relocations":[],"slot_hash":[-1,12,-1,-1],"speculative":[]})");
   Must(pool.Unindex(999));  // unknown: no count
   EXPECT_EQ(pool.Fates().orphaned, 1);
   Must(pool.Unindex(12));  // on a live slot: hash dropped, counted
@@ -462,7 +565,9 @@ TEST(SlotPoolRules, UnindexCountsOrphanedOnlyForKnownHash) {
   Must(pool.Unindex(12));  // already gone
   EXPECT_EQ(pool.Fates().orphaned, 2);
   Must(pool.Release(1));  // comes back vacant
-  EXPECT_DUMP(pool, R"({"checkpointed":[],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":2,"checkpoints_orphaned":2,"deferred":[],"free":[0,1,2,3],"hash_to_slot":[],"num_slots":4,"pinned":[],"relocations":[],"slot_hash":[-1,-1,-1,-1],"speculative":[]})");
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":2,"checkpoints_orphaned":2,"deferred":[],"free":[0,1,2,3],"hash_to_slot":[],"num_slots":4,"pinned":[],"relocations":[],"slot_hash":[-1,-1,-1,-1],"speculative":[]})");
   EXPECT_EQ(Must(pool.Pop()), 0);
   EXPECT_INVARIANTS(pool);
 }
@@ -492,8 +597,8 @@ TEST(SlotPoolRules, PublishMidstepDemotesOnlyGuesses) {
   for (const DemotionCase& c : cases) {
     SCOPED_TRACE(c.name);
     SlotPool pool = MakePool(4, Fork(1, true));
-    std::vector<Reservation> r = Must(
-        pool.ReserveMidstep(AnySeq(), {{64, 11}, {128, 12}, {192, 13}}));
+    std::vector<Reservation> r =
+        Must(pool.ReserveMidstep(AnySeq(), {{64, 11}, {128, 12}, {192, 13}}));
     Must(pool.PublishMidstep(r, c.seq));
     PoolSnapshot d = pool.Dump();
     EXPECT_EQ(d.checkpointed, c.checkpointed);
@@ -523,7 +628,9 @@ TEST(SlotPoolRules, RefilingHashFreesOldSlotVacantWithoutOrphan) {
   std::vector<Reservation> r = Must(pool.ReserveMidstep(AnySeq(), {{64, 11}}));
   ASSERT_EQ(r, (std::vector<Reservation>{{1, 64, 11}}));
   Must(pool.PublishMidstep(r, std::nullopt));
-  EXPECT_DUMP(pool, R"({"checkpointed":[1],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":2,"checkpoints_orphaned":0,"deferred":[],"free":[0,1,2,3],"hash_to_slot":[[11,1]],"num_slots":4,"pinned":[],"relocations":[],"slot_hash":[-1,11,-1,-1],"speculative":[]})");
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[1],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":2,"checkpoints_orphaned":0,"deferred":[],"free":[0,1,2,3],"hash_to_slot":[[11,1]],"num_slots":4,"pinned":[],"relocations":[],"slot_hash":[-1,11,-1,-1],"speculative":[]})");
   EXPECT_EQ(pool.Fates().orphaned, 0);
   EXPECT_FALSE(Must(pool.HoldsCheckpoint(0)));
   EXPECT_EQ(Must(pool.Pop()), 0);  // vacant again
@@ -536,9 +643,13 @@ TEST(SlotPoolRules, RefilingHashAwayFromLiveSlotClearsItsBackPointer) {
   Must(pool.Claim(0));
   std::vector<Reservation> r = Must(pool.ReserveMidstep(AnySeq(), {{64, 11}}));
   Must(pool.PublishMidstep(r, std::nullopt));
-  EXPECT_DUMP(pool, R"({"checkpointed":[1],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":2,"checkpoints_orphaned":0,"deferred":[],"free":[1,2,3],"hash_to_slot":[[11,1]],"num_slots":4,"pinned":[],"relocations":[],"slot_hash":[-1,11,-1,-1],"speculative":[]})");
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[1],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":2,"checkpoints_orphaned":0,"deferred":[],"free":[1,2,3],"hash_to_slot":[[11,1]],"num_slots":4,"pinned":[],"relocations":[],"slot_hash":[-1,11,-1,-1],"speculative":[]})");
   Must(pool.Release(0));
-  EXPECT_DUMP(pool, R"({"checkpointed":[1],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":2,"checkpoints_orphaned":0,"deferred":[],"free":[0,1,2,3],"hash_to_slot":[[11,1]],"num_slots":4,"pinned":[],"relocations":[],"slot_hash":[-1,11,-1,-1],"speculative":[]})");
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[1],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":2,"checkpoints_orphaned":0,"deferred":[],"free":[0,1,2,3],"hash_to_slot":[[11,1]],"num_slots":4,"pinned":[],"relocations":[],"slot_hash":[-1,11,-1,-1],"speculative":[]})");
   EXPECT_INVARIANTS(pool);
 }
 
@@ -550,12 +661,18 @@ TEST(SlotPoolRules, CheckpointMovesOwnerAndPinsSourceForTwoPasses) {
   // 13 blocks * 64 == 832 == checkpoint_end_pos: the anchor, not a guess.
   EXPECT_EQ(Must(pool.Checkpoint(Seq(0, 900, 0, 832), 13, 1001)),
             (CheckpointResult{1, 0}));
-  EXPECT_DUMP(pool, R"({"checkpointed":[],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":1,"checkpoints_orphaned":0,"deferred":[0],"free":[2,3],"hash_to_slot":[[1001,0]],"num_slots":4,"pinned":[[0,1]],"relocations":[],"slot_hash":[1001,-1,-1,-1],"speculative":[]})");
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":1,"checkpoints_orphaned":0,"deferred":[0],"free":[2,3],"hash_to_slot":[[1001,0]],"num_slots":4,"pinned":[[0,1]],"relocations":[],"slot_hash":[1001,-1,-1,-1],"speculative":[]})");
   EXPECT_EQ(Must(pool.Lookup(1001)), 0);
   pool.ReleasePins();
-  EXPECT_DUMP(pool, R"({"checkpointed":[],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":1,"checkpoints_orphaned":0,"deferred":[],"free":[2,3],"hash_to_slot":[[1001,0]],"num_slots":4,"pinned":[[0,1]],"relocations":[],"slot_hash":[1001,-1,-1,-1],"speculative":[]})");  // still pinned, no longer deferred
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":1,"checkpoints_orphaned":0,"deferred":[],"free":[2,3],"hash_to_slot":[[1001,0]],"num_slots":4,"pinned":[[0,1]],"relocations":[],"slot_hash":[1001,-1,-1,-1],"speculative":[]})");  // still pinned, no longer deferred
   pool.ReleasePins();
-  EXPECT_DUMP(pool, R"({"checkpointed":[0],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":1,"checkpoints_orphaned":0,"deferred":[],"free":[0,2,3],"hash_to_slot":[[1001,0]],"num_slots":4,"pinned":[],"relocations":[],"slot_hash":[1001,-1,-1,-1],"speculative":[]})");  // a checkpoint at the LRU tail
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[0],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":1,"checkpoints_orphaned":0,"deferred":[],"free":[0,2,3],"hash_to_slot":[[1001,0]],"num_slots":4,"pinned":[],"relocations":[],"slot_hash":[1001,-1,-1,-1],"speculative":[]})");  // a checkpoint at the LRU tail
   EXPECT_EQ(pool.GetOccupancy(), (Occupancy{4, 1, 1, 2}));
   EXPECT_INVARIANTS(pool);
 }
@@ -565,10 +682,14 @@ TEST(SlotPoolRules, CheckpointOffAnchorIsAGuess) {
   EXPECT_EQ(Must(pool.Pop()), 0);
   EXPECT_EQ(Must(pool.Checkpoint(Seq(0, 900, 0, 832), 12, 1001)),
             (CheckpointResult{1, 0}));
-  EXPECT_DUMP(pool, R"({"checkpointed":[],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":1,"checkpoints_orphaned":0,"deferred":[0],"free":[2,3],"hash_to_slot":[[1001,0]],"num_slots":4,"pinned":[[0,1]],"relocations":[],"slot_hash":[1001,-1,-1,-1],"speculative":[0]})");
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":1,"checkpoints_orphaned":0,"deferred":[0],"free":[2,3],"hash_to_slot":[[1001,0]],"num_slots":4,"pinned":[[0,1]],"relocations":[],"slot_hash":[1001,-1,-1,-1],"speculative":[0]})");
   pool.ReleasePins();
   pool.ReleasePins();
-  EXPECT_DUMP(pool, R"({"checkpointed":[0],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":1,"checkpoints_orphaned":0,"deferred":[],"free":[0,2,3],"hash_to_slot":[[1001,0]],"num_slots":4,"pinned":[],"relocations":[],"slot_hash":[1001,-1,-1,-1],"speculative":[0]})");
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[0],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":1,"checkpoints_orphaned":0,"deferred":[],"free":[0,2,3],"hash_to_slot":[[1001,0]],"num_slots":4,"pinned":[],"relocations":[],"slot_hash":[1001,-1,-1,-1],"speculative":[0]})");
   EXPECT_INVARIANTS(pool);
 }
 
@@ -588,7 +709,9 @@ TEST(SlotPoolRules, CheckpointAnchorIsBoundaryBlocksTimesHashBlockSize) {
     // midstep_anchor_pos 160 == 10 * 16 (checkpoint_end_pos is not read).
     EXPECT_EQ(Must(pool.Checkpoint(Seq(0, 900, 160, 832), 10, 7)),
               (CheckpointResult{1, 0}));
-    EXPECT_DUMP(pool, R"({"checkpointed":[],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":1,"checkpoints_orphaned":0,"deferred":[0],"free":[2,3],"hash_to_slot":[[7,0]],"num_slots":4,"pinned":[[0,1]],"relocations":[],"slot_hash":[7,-1,-1,-1],"speculative":[]})");
+    EXPECT_DUMP(
+        pool,
+        R"({"checkpointed":[],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":1,"checkpoints_orphaned":0,"deferred":[0],"free":[2,3],"hash_to_slot":[[7,0]],"num_slots":4,"pinned":[[0,1]],"relocations":[],"slot_hash":[7,-1,-1,-1],"speculative":[]})");
     EXPECT_INVARIANTS(pool);
   }
   {
@@ -606,7 +729,9 @@ TEST(SlotPoolRules, CheckpointIsDroppedWhenNothingFree) {
   EXPECT_EQ(Must(pool.Pop()), 0);
   EXPECT_EQ(Must(pool.Checkpoint(Seq(0, 900, 0, 832), 13, 1001)),
             (CheckpointResult{0, -1}));
-  EXPECT_DUMP(pool, R"({"checkpointed":[],"checkpoints_dropped":1,"checkpoints_evicted":0,"checkpoints_kept":0,"checkpoints_orphaned":0,"deferred":[],"free":[],"hash_to_slot":[],"num_slots":1,"pinned":[],"relocations":[],"slot_hash":[-1],"speculative":[]})");
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[],"checkpoints_dropped":1,"checkpoints_evicted":0,"checkpoints_kept":0,"checkpoints_orphaned":0,"deferred":[],"free":[],"hash_to_slot":[],"num_slots":1,"pinned":[],"relocations":[],"slot_hash":[-1],"speculative":[]})");
   EXPECT_EQ(pool.Fates(), (CheckpointFates{0, 1, 0, 0}));
   EXPECT_INVARIANTS(pool);
 }
@@ -617,7 +742,9 @@ TEST(SlotPoolRules, CheckpointSpendsLruCheckpointForTheOwnerWhenNoVacant) {
   EXPECT_EQ(Must(pool.Pop()), 1);
   EXPECT_EQ(Must(pool.Checkpoint(Seq(1, 900, 0, 832), 13, 22)),
             (CheckpointResult{0, 1}));
-  EXPECT_DUMP(pool, R"({"checkpointed":[],"checkpoints_dropped":0,"checkpoints_evicted":1,"checkpoints_kept":2,"checkpoints_orphaned":0,"deferred":[1],"free":[],"hash_to_slot":[[22,1]],"num_slots":2,"pinned":[[1,1]],"relocations":[],"slot_hash":[-1,22],"speculative":[]})");
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[],"checkpoints_dropped":0,"checkpoints_evicted":1,"checkpoints_kept":2,"checkpoints_orphaned":0,"deferred":[1],"free":[],"hash_to_slot":[[22,1]],"num_slots":2,"pinned":[[1,1]],"relocations":[],"slot_hash":[-1,22],"speculative":[]})");
   EXPECT_INVARIANTS(pool);
 }
 
@@ -630,14 +757,14 @@ TEST(SlotPoolRules, CheckpointIsNoOpWhenItDoesNotApply) {
   std::vector<NoOpCase> cases;
   cases.push_back({"transfer none", MakePool(4, StateTransfer::None()),
                    Seq(0, 900, 0, 832)});
-  cases.push_back({"transfer replay", MakePool(4, Replay(true)),
-                   Seq(0, 900, 0, 832)});
-  cases.push_back({"disabled pool", MakePool(4, Fork(), 64, false),
-                   Seq(0, 900, 0, 832)});
+  cases.push_back(
+      {"transfer replay", MakePool(4, Replay(true)), Seq(0, 900, 0, 832)});
+  cases.push_back(
+      {"disabled pool", MakePool(4, Fork(), 64, false), Seq(0, 900, 0, 832)});
   cases.push_back({"no per-request cache", MakePool(4, Fork()),
                    Seq(0, 900, 0, 832, /*has_per_req_cache=*/false)});
-  cases.push_back({"no committed slot", MakePool(4, Fork()),
-                   Seq(-1, 900, 0, 832)});
+  cases.push_back(
+      {"no committed slot", MakePool(4, Fork()), Seq(-1, 900, 0, 832)});
   for (NoOpCase& c : cases) {
     SCOPED_TRACE(c.name);
     EXPECT_EQ(Must(c.pool.Pop()), 0);
@@ -655,7 +782,9 @@ TEST(SlotPoolRules, CheckpointOfResumedSlotRefilesUnderTheNewHash) {
   Must(pool.Claim(0));  // resumed: live, still carrying 11
   EXPECT_EQ(Must(pool.Checkpoint(Seq(0, 900, 0, 832), 13, 22)),
             (CheckpointResult{1, 0}));
-  EXPECT_DUMP(pool, R"({"checkpointed":[],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":2,"checkpoints_orphaned":0,"deferred":[0],"free":[2,3],"hash_to_slot":[[22,0]],"num_slots":4,"pinned":[[0,1]],"relocations":[],"slot_hash":[22,-1,-1,-1],"speculative":[]})");  // 11 gone, 22 -> 0
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":2,"checkpoints_orphaned":0,"deferred":[0],"free":[2,3],"hash_to_slot":[[22,0]],"num_slots":4,"pinned":[[0,1]],"relocations":[],"slot_hash":[22,-1,-1,-1],"speculative":[]})");  // 11 gone, 22 -> 0
   EXPECT_EQ(pool.Fates().orphaned, 0);
   EXPECT_INVARIANTS(pool);
 }
@@ -667,7 +796,9 @@ TEST(SlotPoolRules, CheckpointUnderAHashHeldByAFreeSlotVacatesThatSlot) {
   ASSERT_EQ(x, 1);
   EXPECT_EQ(Must(pool.Checkpoint(Seq(x, 900, 0, 832), 13, 11)),
             (CheckpointResult{2, 1}));
-  EXPECT_DUMP(pool, R"({"checkpointed":[],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":2,"checkpoints_orphaned":0,"deferred":[1],"free":[0,3],"hash_to_slot":[[11,1]],"num_slots":4,"pinned":[[1,1]],"relocations":[],"slot_hash":[-1,11,-1,-1],"speculative":[]})");
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":2,"checkpoints_orphaned":0,"deferred":[1],"free":[0,3],"hash_to_slot":[[11,1]],"num_slots":4,"pinned":[[1,1]],"relocations":[],"slot_hash":[-1,11,-1,-1],"speculative":[]})");
   EXPECT_INVARIANTS(pool);
 }
 
@@ -691,26 +822,20 @@ TEST(SlotPoolRules, ResumableHitWalksBackToACheckpointWithForkRoom) {
   };
   const std::vector<Row> rows = {
       {300, 6, false, 4},  // L=6 leaves 300-384 < 1; L=4 leaves 44
-      {300, 6, true, 4},
-      {256, 6, false, 2},  // L=4 leaves 0 < 1
-      {256, 6, true, 3},   // any boundary: L=3 leaves 64
-      {257, 6, false, 4},  // L=4 leaves exactly 1
-      {128, 6, false, 0},
-      {128, 6, true, 1},
-      {129, 6, false, 2},
-      {64, 6, false, 0},
-      {64, 6, true, 0},
-      {500, 6, false, 6},
+      {300, 6, true, 4},  {256, 6, false, 2},  // L=4 leaves 0 < 1
+      {256, 6, true, 3},                       // any boundary: L=3 leaves 64
+      {257, 6, false, 4},                      // L=4 leaves exactly 1
+      {128, 6, false, 0}, {128, 6, true, 1},  {129, 6, false, 2},
+      {64, 6, false, 0},  {64, 6, true, 0},   {500, 6, false, 6},
       {300, 3, false, 2},  // only the first 3 blocks are looked at
-      {300, 0, false, 0},
-      {300, 0, true, 0},
+      {300, 0, false, 0}, {300, 0, true, 0},
   };
   for (const Row& r : rows) {
-    SCOPED_TRACE(testing::Message() << "tokens=" << r.tokens << " hit="
-                                    << r.hit << " assume=" << r.assume);
-    EXPECT_EQ(Must(pool.ResumableHit(Seq(-1, r.tokens), r.hit, kChain,
-                                     r.assume)),
-              r.want);
+    SCOPED_TRACE(testing::Message() << "tokens=" << r.tokens << " hit=" << r.hit
+                                    << " assume=" << r.assume);
+    EXPECT_EQ(
+        Must(pool.ResumableHit(Seq(-1, r.tokens), r.hit, kChain, r.assume)),
+        r.want);
   }
   EXPECT_INVARIANTS(pool);
 }
@@ -741,8 +866,7 @@ TEST(SlotPoolRules, ResumableHitUnchangedForReplayAndForSeqItDoesNotApplyTo) {
   }
   {
     SlotPool pool = ChainPool(Fork(1, true));
-    EXPECT_EQ(Must(pool.ResumableHit(Seq(-1, 300, 0, 0, false), 6, kChain)),
-              6);
+    EXPECT_EQ(Must(pool.ResumableHit(Seq(-1, 300, 0, 0, false), 6, kChain)), 6);
     EXPECT_EQ(Must(pool.ResumableHit(Seq(-1, 10, 0, 0, false), 5, kChain)), 5);
     EXPECT_INVARIANTS(pool);
   }
@@ -794,13 +918,19 @@ TEST(SlotPoolRules, ExtendResetsSlotHashButKeepsStaleIndexEntry) {
   EXPECT_EQ(PublishPlain(pool, {{64, 77}}), (V{2}));
   Must(pool.Claim(2));
   Must(pool.Release(0));
-  EXPECT_DUMP(pool, R"({"checkpointed":[],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":1,"checkpoints_orphaned":0,"deferred":[],"free":[0],"hash_to_slot":[[77,2]],"num_slots":3,"pinned":[],"relocations":[],"slot_hash":[-1,-1,77],"speculative":[]})");
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":1,"checkpoints_orphaned":0,"deferred":[],"free":[0],"hash_to_slot":[[77,2]],"num_slots":3,"pinned":[],"relocations":[],"slot_hash":[-1,-1,77],"speculative":[]})");
   EXPECT_EQ(Must(pool.RetireTop()), (SlotRetirement{2, 0, false}));
-  EXPECT_DUMP(pool, R"({"checkpointed":[],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":1,"checkpoints_orphaned":0,"deferred":[],"free":[],"hash_to_slot":[[77,2]],"num_slots":2,"pinned":[],"relocations":[],"slot_hash":[-1,-1,77],"speculative":[]})");
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":1,"checkpoints_orphaned":0,"deferred":[],"free":[],"hash_to_slot":[[77,2]],"num_slots":2,"pinned":[],"relocations":[],"slot_hash":[-1,-1,77],"speculative":[]})");
   EXPECT_EQ(Must(pool.Lookup(77)), 2);
   EXPECT_INVARIANTS(pool);
   Must(pool.Extend(1));
-  EXPECT_DUMP(pool, R"({"checkpointed":[],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":1,"checkpoints_orphaned":0,"deferred":[],"free":[2],"hash_to_slot":[[77,2]],"num_slots":3,"pinned":[],"relocations":[],"slot_hash":[-1,-1,-1],"speculative":[]})");
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":1,"checkpoints_orphaned":0,"deferred":[],"free":[2],"hash_to_slot":[[77,2]],"num_slots":3,"pinned":[],"relocations":[],"slot_hash":[-1,-1,-1],"speculative":[]})");
   EXPECT_EQ(Must(pool.Lookup(77)), 2);
   EXPECT_INVARIANTS(pool);
 }
@@ -811,7 +941,9 @@ TEST(SlotPoolRules, ZeroSlotPoolStaysDisabledAfterExtend) {
   Must(pool.Extend(3));
   EXPECT_FALSE(pool.enabled());
   EXPECT_EQ(pool.num_slots(), 3);
-  EXPECT_DUMP(pool, R"({"checkpointed":[],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":0,"checkpoints_orphaned":0,"deferred":[],"free":[0,1,2],"hash_to_slot":[],"num_slots":3,"pinned":[],"relocations":[],"slot_hash":[-1,-1,-1],"speculative":[]})");
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":0,"checkpoints_orphaned":0,"deferred":[],"free":[0,1,2],"hash_to_slot":[],"num_slots":3,"pinned":[],"relocations":[],"slot_hash":[-1,-1,-1],"speculative":[]})");
   Must(pool.MarkSpeculative(1));
   EXPECT_EQ(Must(pool.Pop()), 0);
   EXPECT_EQ(Must(pool.Checkpoint(Seq(0, 900), 1, 5)),
@@ -819,7 +951,9 @@ TEST(SlotPoolRules, ZeroSlotPoolStaysDisabledAfterExtend) {
   EXPECT_TRUE(Must(pool.ReserveMidstep(Seq(0, 900), {{64, 1}})).empty());
   EXPECT_EQ(Must(pool.Lookup(5)), -1);
   EXPECT_EQ(Must(pool.ResumableHit(Seq(-1, 300), 6, kChain)), 6);
-  EXPECT_DUMP(pool, R"({"checkpointed":[],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":0,"checkpoints_orphaned":0,"deferred":[],"free":[1,2],"hash_to_slot":[],"num_slots":3,"pinned":[],"relocations":[],"slot_hash":[-1,-1,-1],"speculative":[]})");
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":0,"checkpoints_orphaned":0,"deferred":[],"free":[1,2],"hash_to_slot":[],"num_slots":3,"pinned":[],"relocations":[],"slot_hash":[-1,-1,-1],"speculative":[]})");
   EXPECT_INVARIANTS(pool);
 }
 
@@ -835,12 +969,18 @@ TEST(SlotPoolRules, ClearIndexDropsEveryHashKeepingPins) {
   ASSERT_EQ(x, 2);
   EXPECT_EQ(Must(pool.Checkpoint(Seq(x, 900, 0, 0), 3, 33)),
             (CheckpointResult{3, 2}));
-  EXPECT_DUMP(pool, R"({"checkpointed":[1,0],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":3,"checkpoints_orphaned":0,"deferred":[2],"free":[0,1,4],"hash_to_slot":[[11,0],[12,1],[33,2]],"num_slots":5,"pinned":[[2,1]],"relocations":[],"slot_hash":[11,12,33,-1,-1],"speculative":[0,1,2]})");
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[1,0],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":3,"checkpoints_orphaned":0,"deferred":[2],"free":[0,1,4],"hash_to_slot":[[11,0],[12,1],[33,2]],"num_slots":5,"pinned":[[2,1]],"relocations":[],"slot_hash":[11,12,33,-1,-1],"speculative":[0,1,2]})");
   pool.ClearIndex();
-  EXPECT_DUMP(pool, R"({"checkpointed":[],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":3,"checkpoints_orphaned":0,"deferred":[2],"free":[0,1,4],"hash_to_slot":[],"num_slots":5,"pinned":[[2,1]],"relocations":[],"slot_hash":[-1,-1,-1,-1,-1],"speculative":[2]})");
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":3,"checkpoints_orphaned":0,"deferred":[2],"free":[0,1,4],"hash_to_slot":[],"num_slots":5,"pinned":[[2,1]],"relocations":[],"slot_hash":[-1,-1,-1,-1,-1],"speculative":[2]})");
   pool.ReleasePins();
   pool.ReleasePins();
-  EXPECT_DUMP(pool, R"({"checkpointed":[],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":3,"checkpoints_orphaned":0,"deferred":[],"free":[0,1,2,4],"hash_to_slot":[],"num_slots":5,"pinned":[],"relocations":[],"slot_hash":[-1,-1,-1,-1,-1],"speculative":[]})");
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":3,"checkpoints_orphaned":0,"deferred":[],"free":[0,1,2,4],"hash_to_slot":[],"num_slots":5,"pinned":[],"relocations":[],"slot_hash":[-1,-1,-1,-1,-1],"speculative":[]})");
   EXPECT_INVARIANTS(pool);
 }
 
@@ -849,10 +989,12 @@ TEST(SlotPoolRules, ClearIndexDropsEveryHashKeepingPins) {
 TEST(SlotPoolRules, ReserveMidstepStopsAtFirstShortageCountingOneDrop) {
   SlotPool pool = MakePool(3, Fork(1, true));
   EXPECT_EQ(Must(pool.Pop()), 0);
-  std::vector<Reservation> r = Must(pool.ReserveMidstep(
-      AnySeq(), {{64, 1}, {128, 2}, {192, 3}, {256, 4}}));
+  std::vector<Reservation> r = Must(
+      pool.ReserveMidstep(AnySeq(), {{64, 1}, {128, 2}, {192, 3}, {256, 4}}));
   EXPECT_EQ(r, (std::vector<Reservation>{{1, 64, 1}, {2, 128, 2}}));
-  EXPECT_DUMP(pool, R"({"checkpointed":[],"checkpoints_dropped":1,"checkpoints_evicted":0,"checkpoints_kept":0,"checkpoints_orphaned":0,"deferred":[],"free":[],"hash_to_slot":[],"num_slots":3,"pinned":[],"relocations":[],"slot_hash":[-1,-1,-1],"speculative":[]})");
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[],"checkpoints_dropped":1,"checkpoints_evicted":0,"checkpoints_kept":0,"checkpoints_orphaned":0,"deferred":[],"free":[],"hash_to_slot":[],"num_slots":3,"pinned":[],"relocations":[],"slot_hash":[-1,-1,-1],"speculative":[]})");
   EXPECT_INVARIANTS(pool);
 }
 
@@ -862,7 +1004,9 @@ TEST(SlotPoolRules, ReserveMidstepSpendsLruCheckpointsWhenNoVacant) {
   std::vector<Reservation> r =
       Must(pool.ReserveMidstep(AnySeq(), {{64, 5}, {128, 6}}));
   EXPECT_EQ(r, (std::vector<Reservation>{{2, 64, 5}, {0, 128, 6}}));
-  EXPECT_DUMP(pool, R"({"checkpointed":[1],"checkpoints_dropped":0,"checkpoints_evicted":1,"checkpoints_kept":2,"checkpoints_orphaned":0,"deferred":[],"free":[1],"hash_to_slot":[[2,1]],"num_slots":3,"pinned":[],"relocations":[],"slot_hash":[-1,2,-1],"speculative":[]})");
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[1],"checkpoints_dropped":0,"checkpoints_evicted":1,"checkpoints_kept":2,"checkpoints_orphaned":0,"deferred":[],"free":[1],"hash_to_slot":[[2,1]],"num_slots":3,"pinned":[],"relocations":[],"slot_hash":[-1,2,-1],"speculative":[]})");
   EXPECT_INVARIANTS(pool);
 }
 
@@ -877,9 +1021,8 @@ TEST(SlotPoolRules, ReserveMidstepIsEmptyWhenNotReadableOrNotApplying) {
   {
     SlotPool pool = MakePool(3, Fork(1, true));
     const PoolSnapshot before = pool.Dump();
-    EXPECT_TRUE(
-        Must(pool.ReserveMidstep(Seq(-1, 1000, 0, 0, false), {{64, 1}}))
-            .empty());
+    EXPECT_TRUE(Must(pool.ReserveMidstep(Seq(-1, 1000, 0, 0, false), {{64, 1}}))
+                    .empty());
     EXPECT_EQ(pool.Dump(), before);
     EXPECT_INVARIANTS(pool);
   }
@@ -898,7 +1041,9 @@ TEST(SlotPoolRules, CancelMidstepReturnsSlotsVacant) {
       Must(pool.ReserveMidstep(AnySeq(), {{64, 1}, {128, 2}}));
   EXPECT_EQ(r, (std::vector<Reservation>{{1, 64, 1}, {2, 128, 2}}));
   Must(pool.CancelMidstep(r));
-  EXPECT_DUMP(pool, R"({"checkpointed":[],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":0,"checkpoints_orphaned":0,"deferred":[],"free":[1,2,3],"hash_to_slot":[],"num_slots":4,"pinned":[],"relocations":[],"slot_hash":[-1,-1,-1,-1],"speculative":[]})");
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":0,"checkpoints_orphaned":0,"deferred":[],"free":[1,2,3],"hash_to_slot":[],"num_slots":4,"pinned":[],"relocations":[],"slot_hash":[-1,-1,-1,-1],"speculative":[]})");
   EXPECT_EQ(Must(pool.Lookup(1)), -1);
   EXPECT_EQ(Must(pool.Pop()), 1);
   EXPECT_INVARIANTS(pool);
@@ -967,7 +1112,197 @@ TEST(SlotPoolRules, FatesCountAcrossAScenario) {
   Must(pool.Unindex(3003));
   Must(pool.Unindex(999));
   EXPECT_EQ(pool.Fates(), (CheckpointFates{4, 0, 2, 1}));
-  EXPECT_DUMP(pool, R"({"checkpointed":[5],"checkpoints_dropped":0,"checkpoints_evicted":2,"checkpoints_kept":4,"checkpoints_orphaned":1,"deferred":[],"free":[4,5],"hash_to_slot":[[4004,5]],"num_slots":6,"pinned":[],"relocations":[],"slot_hash":[-1,-1,-1,-1,-1,4004],"speculative":[]})");
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[5],"checkpoints_dropped":0,"checkpoints_evicted":2,"checkpoints_kept":4,"checkpoints_orphaned":1,"deferred":[],"free":[4,5],"hash_to_slot":[[4004,5]],"num_slots":6,"pinned":[],"relocations":[],"slot_hash":[-1,-1,-1,-1,-1,4004],"speculative":[]})");
+  EXPECT_INVARIANTS(pool);
+}
+
+// ------------------- marks and hashes in corner positions ----------------- //
+
+TEST(SlotPoolRules, InvalidateOfFreeCheckpointVacatesItAndDropsItsMark) {
+  SlotPool pool = MakePool(4, Fork(1, true));
+  PublishPlain(pool, {{64, 11}, {128, 12}});
+  Must(pool.MarkSpeculative(0));
+  Must(pool.Invalidate(0));
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[1],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":2,"checkpoints_orphaned":0,"deferred":[],"free":[0,1,2,3],"hash_to_slot":[[12,1]],"num_slots":4,"pinned":[],"relocations":[],"slot_hash":[-1,12,-1,-1],"speculative":[]})");
+  // On a live slot the mark stays (only the hash goes) ...
+  Must(pool.Claim(1));
+  Must(pool.MarkSpeculative(1));
+  Must(pool.Invalidate(1));
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":2,"checkpoints_orphaned":0,"deferred":[],"free":[0,2,3],"hash_to_slot":[],"num_slots":4,"pinned":[],"relocations":[],"slot_hash":[-1,-1,-1,-1],"speculative":[1]})");
+  // ... until it is released vacant.
+  Must(pool.Release(1));
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":2,"checkpoints_orphaned":0,"deferred":[],"free":[0,1,2,3],"hash_to_slot":[],"num_slots":4,"pinned":[],"relocations":[],"slot_hash":[-1,-1,-1,-1],"speculative":[]})");
+  EXPECT_INVARIANTS(pool);
+}
+
+TEST(SlotPoolRules, PopClearsTheMarkOfAMarkedVacantSlot) {
+  SlotPool pool = MakePool(4, Fork());
+  Must(pool.MarkSpeculative(0));
+  Must(pool.MarkSpeculative(2));
+  EXPECT_EQ(pool.Dump().speculative, (V{0, 2}));
+  EXPECT_EQ(Must(pool.Pop()), 0);
+  EXPECT_EQ(pool.Dump().speculative, (V{2}));
+  Must(pool.Claim(2));
+  EXPECT_EQ(pool.Dump().speculative, (V{2}));  // claim keeps it
+  Must(pool.Release(2));
+  EXPECT_EQ(pool.Dump().speculative, (V{}));  // released vacant: gone
+  EXPECT_INVARIANTS(pool);
+}
+
+TEST(SlotPoolRules, AnchorCheckpointOfAMarkedSlotKeepsTheMark) {
+  SlotPool pool = MakePool(4, Fork());
+  EXPECT_EQ(Must(pool.Pop()), 0);
+  Must(pool.MarkSpeculative(0));
+  EXPECT_EQ(Must(pool.Checkpoint(Seq(0, 900, 0, 832), 13, 1)),
+            (CheckpointResult{1, 0}));
+  pool.ReleasePins();
+  pool.ReleasePins();
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[0],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":1,"checkpoints_orphaned":0,"deferred":[],"free":[0,2,3],"hash_to_slot":[[1,0]],"num_slots":4,"pinned":[],"relocations":[],"slot_hash":[1,-1,-1,-1],"speculative":[0]})");
+  EXPECT_INVARIANTS(pool);
+}
+
+TEST(SlotPoolRules, PublishWithNullSeqKeepsAnExistingMark) {
+  SlotPool pool = MakePool(4, Fork(1, true));
+  PublishPlain(pool, {{64, 1}});
+  std::vector<Reservation> r = Must(pool.ReserveMidstep(AnySeq(), {{64, 2}}));
+  ASSERT_EQ(r, (std::vector<Reservation>{{1, 64, 2}}));
+  Must(pool.MarkSpeculative(1));
+  Must(pool.PublishMidstep(r, std::nullopt));
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[1,0],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":2,"checkpoints_orphaned":0,"deferred":[],"free":[0,1,2,3],"hash_to_slot":[[1,0],[2,1]],"num_slots":4,"pinned":[],"relocations":[],"slot_hash":[1,2,-1,-1],"speculative":[1]})");  // [1,0]
+  EXPECT_INVARIANTS(pool);
+}
+
+TEST(SlotPoolRules, PublishingOneHashTwiceKeepsTheLastAndVacatesTheFirst) {
+  SlotPool pool = MakePool(4, Fork(1, true));
+  const Sequence anchored = Seq(-1, 1000, 128, 0);
+  std::vector<Reservation> r =
+      Must(pool.ReserveMidstep(anchored, {{64, 5}, {128, 5}}));
+  ASSERT_EQ(r, (std::vector<Reservation>{{0, 64, 5}, {1, 128, 5}}));
+  Must(pool.PublishMidstep(r, anchored));
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[1],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":2,"checkpoints_orphaned":0,"deferred":[],"free":[0,1,2,3],"hash_to_slot":[[5,1]],"num_slots":4,"pinned":[],"relocations":[],"slot_hash":[-1,5,-1,-1],"speculative":[]})");
+  EXPECT_EQ(pool.Fates().kept, 2);
+  EXPECT_EQ(pool.Fates().orphaned, 0);
+  EXPECT_INVARIANTS(pool);
+}
+
+TEST(SlotPoolRules, CheckpointWhosePopSpendsTheSlotHoldingItsHash) {
+  SlotPool pool = MakePool(2, Fork(1, true));
+  EXPECT_EQ(PublishPlain(pool, {{64, 11}}), (V{0}));
+  EXPECT_EQ(Must(pool.Pop()), 1);
+  // The owner's fresh slot is the LRU checkpoint filed under the very hash
+  // being checkpointed: it is spent (evicted) first, then 11 files on 1.
+  EXPECT_EQ(Must(pool.Checkpoint(Seq(1, 900, 0, 832), 13, 11)),
+            (CheckpointResult{0, 1}));
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[],"checkpoints_dropped":0,"checkpoints_evicted":1,"checkpoints_kept":2,"checkpoints_orphaned":0,"deferred":[1],"free":[],"hash_to_slot":[[11,1]],"num_slots":2,"pinned":[[1,1]],"relocations":[],"slot_hash":[-1,11],"speculative":[]})");
+  EXPECT_INVARIANTS(pool);
+}
+
+TEST(SlotPoolRules, RetireTopLiveTopKeepsItsMarkOnTheRetiredIndex) {
+  SlotPool pool = MakePool(3, Fork(1, true));
+  std::vector<Reservation> r =
+      Must(pool.ReserveMidstep(AnySeq(), {{64, 31}, {128, 32}}));
+  EXPECT_EQ(Must(pool.Pop()), 2);
+  Must(pool.PublishMidstep(r, std::nullopt));
+  Must(pool.MarkSpeculative(0));
+  Must(pool.MarkSpeculative(2));
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[0,1],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":2,"checkpoints_orphaned":0,"deferred":[],"free":[0,1],"hash_to_slot":[[31,0],[32,1]],"num_slots":3,"pinned":[],"relocations":[],"slot_hash":[31,32,-1],"speculative":[0,2]})");
+  EXPECT_EQ(Must(pool.RetireTop()), (SlotRetirement{2, 0, false}));
+  // The spent target loses its mark; the live top's stays on index 2.
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[1],"checkpoints_dropped":0,"checkpoints_evicted":1,"checkpoints_kept":2,"checkpoints_orphaned":0,"deferred":[],"free":[1],"hash_to_slot":[[32,1]],"num_slots":2,"pinned":[],"relocations":[],"slot_hash":[-1,32,-1],"speculative":[2]})");
+  EXPECT_INVARIANTS(pool);
+  Must(pool.Extend(1));  // re-used index released vacant: mark gone
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[1],"checkpoints_dropped":0,"checkpoints_evicted":1,"checkpoints_kept":2,"checkpoints_orphaned":0,"deferred":[],"free":[1,2],"hash_to_slot":[[32,1]],"num_slots":3,"pinned":[],"relocations":[],"slot_hash":[-1,32,-1],"speculative":[]})");
+  EXPECT_INVARIANTS(pool);
+}
+
+TEST(SlotPoolRules, RetireTopCheckpointAtLruHeadSpendsTheNextOne) {
+  SlotPool pool = MakePool(3, Fork(1, true));
+  std::vector<Reservation> r =
+      Must(pool.ReserveMidstep(AnySeq(), {{64, 1}, {128, 2}, {192, 3}}));
+  Must(pool.PublishMidstep({r[2]}, std::nullopt));
+  Must(pool.PublishMidstep({r[0]}, std::nullopt));
+  Must(pool.PublishMidstep({r[1]}, std::nullopt));
+  EXPECT_EQ(pool.Dump().checkpointed, (V{2, 0, 1}));
+  EXPECT_EQ(Must(pool.RetireTop()), (SlotRetirement{2, 0, true}));
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[0,1],"checkpoints_dropped":0,"checkpoints_evicted":1,"checkpoints_kept":3,"checkpoints_orphaned":0,"deferred":[],"free":[0,1],"hash_to_slot":[[2,1],[3,0]],"num_slots":2,"pinned":[],"relocations":[],"slot_hash":[3,2,-1],"speculative":[]})");  // [0,1]: 3 at 0, in the head place
+  EXPECT_INVARIANTS(pool);
+}
+
+TEST(SlotPoolRules, RetireTopIntoAMarkedVacantSlotKeepsThatMark) {
+  // _pop_vacant does not clear marks: the reference keeps a vacant slot's
+  // stale mark on whatever moves in.
+  {
+    SlotPool pool = MakePool(4, Fork());
+    Must(pool.PopMany(4));
+    Must(pool.Release(1));
+    Must(pool.MarkSpeculative(1));
+    EXPECT_EQ(Must(pool.RetireTop()), (SlotRetirement{3, 1, false}));
+    EXPECT_DUMP(
+        pool,
+        R"({"checkpointed":[],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":0,"checkpoints_orphaned":0,"deferred":[],"free":[],"hash_to_slot":[],"num_slots":3,"pinned":[],"relocations":[],"slot_hash":[-1,-1,-1,-1],"speculative":[1]})");
+    EXPECT_INVARIANTS(pool);
+  }
+  {
+    SlotPool pool = MakePool(4, Fork(1, true));
+    EXPECT_EQ(Must(pool.PopMany(3)), (V{0, 1, 2}));
+    EXPECT_EQ(PublishPlain(pool, {{64, 9}}), (V{3}));
+    Must(pool.Release(1));
+    Must(pool.MarkSpeculative(1));
+    EXPECT_EQ(Must(pool.RetireTop()), (SlotRetirement{3, 1, true}));
+    EXPECT_DUMP(
+        pool,
+        R"({"checkpointed":[1],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":1,"checkpoints_orphaned":0,"deferred":[],"free":[1],"hash_to_slot":[[9,1]],"num_slots":3,"pinned":[],"relocations":[],"slot_hash":[-1,9,-1,-1],"speculative":[1]})");
+    EXPECT_INVARIANTS(pool);
+  }
+}
+
+TEST(SlotPoolRules, StaleIndexEntryFollowsTheReferenceThroughUnindexAndClear) {
+  // Continues ExtendResetsSlotHashButKeepsStaleIndexEntry: 77 -> 2 while
+  // slot_hash[2] is -1. The reference's unindex counts an orphan but cannot
+  // drop the entry (invalidate reads slot_hash), and clear_index cannot
+  // either.
+  SlotPool pool = MakePool(3, Fork(1, true));
+  Must(pool.PopMany(2));
+  PublishPlain(pool, {{64, 77}});
+  Must(pool.Claim(2));
+  Must(pool.Release(0));
+  Must(pool.RetireTop());
+  Must(pool.Extend(1));
+  Must(pool.Unindex(77));
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":1,"checkpoints_orphaned":1,"deferred":[],"free":[2],"hash_to_slot":[[77,2]],"num_slots":3,"pinned":[],"relocations":[],"slot_hash":[-1,-1,-1],"speculative":[]})");
+  EXPECT_EQ(Must(pool.Lookup(77)), 2);
+  EXPECT_EQ(Must(pool.ResumableHit(Seq(-1, 1000), 1, {77})), 1);
+  EXPECT_INVARIANTS(pool);
+  pool.ClearIndex();
+  EXPECT_DUMP(
+      pool,
+      R"({"checkpointed":[],"checkpoints_dropped":0,"checkpoints_evicted":0,"checkpoints_kept":1,"checkpoints_orphaned":1,"deferred":[],"free":[2],"hash_to_slot":[[77,2]],"num_slots":3,"pinned":[],"relocations":[],"slot_hash":[-1,-1,-1],"speculative":[]})");
   EXPECT_INVARIANTS(pool);
 }
 
