@@ -70,13 +70,54 @@ std::string RunCommand(const std::string& cmd) {
 
 // ---------------------------------------------------------------- part (a)
 
+// The converted arguments of one call, laid out the way a C++ caller would
+// hold them: fixed fields inline, lists in shared arenas in call order (so the
+// timed loop streams them instead of chasing one heap block per call).
+struct BenchCall {
+  replay::Op op;
+  bool flag;
+  bool has_seq;
+  int64_t a, b;
+  Sequence seq;
+  uint32_t off, len;  // into the arena the op reads
+};
+struct Arenas {
+  std::vector<int64_t> ints;
+  std::vector<std::pair<int64_t, int64_t>> pairs;
+  std::vector<Reservation> reservations;
+};
+
+BenchCall Compact(const replay::Call& c, Arenas& arenas) {
+  BenchCall out{c.op, c.flag, c.seq.has_value(), c.a, c.b,
+                c.seq.value_or(Sequence{}), 0, 0};
+  if (!c.ints.empty()) {
+    out.off = static_cast<uint32_t>(arenas.ints.size());
+    out.len = static_cast<uint32_t>(c.ints.size());
+    arenas.ints.insert(arenas.ints.end(), c.ints.begin(), c.ints.end());
+  } else if (!c.pairs.empty()) {
+    out.off = static_cast<uint32_t>(arenas.pairs.size());
+    out.len = static_cast<uint32_t>(c.pairs.size());
+    arenas.pairs.insert(arenas.pairs.end(), c.pairs.begin(), c.pairs.end());
+  } else if (!c.reservations.empty()) {
+    out.off = static_cast<uint32_t>(arenas.reservations.size());
+    out.len = static_cast<uint32_t>(c.reservations.size());
+    arenas.reservations.insert(arenas.reservations.end(),
+                               c.reservations.begin(), c.reservations.end());
+  }
+  return out;
+}
+
 // Runs one call and folds what it returned into a checksum, so nothing can
 // be optimised away; unlike replay::Invoke it builds no printable result (the
 // reference side, too, times the bare pool calls).
-int64_t RunCall(SlotPool& pool, const replay::Call& c) {
+int64_t RunCall(SlotPool& pool, const BenchCall& c, const Arenas& arenas) {
   using replay::Op;
-  static const Sequence kNoSeq;
-  const Sequence& seq = c.seq ? *c.seq : kNoSeq;
+  const Sequence& seq = c.seq;
+  const absl::Span<const int64_t> ints(arenas.ints.data() + c.off,
+                                       c.op == Op::kReleaseMany ||
+                                               c.op == Op::kResumableHit
+                                           ? c.len
+                                           : 0);
   auto fold = [](const absl::Status& s) -> int64_t { return s.ok() ? 0 : 1; };
   switch (c.op) {
     case Op::kHasFree: return pool.HasFree(c.a).value_or(false);
@@ -92,7 +133,7 @@ int64_t RunCall(SlotPool& pool, const replay::Call& c) {
     case Op::kMarkSpeculative: return fold(pool.MarkSpeculative(c.a));
     case Op::kPromote: return fold(pool.Promote(c.a));
     case Op::kRelease: return fold(pool.Release(c.a));
-    case Op::kReleaseMany: return fold(pool.ReleaseMany(c.ints));
+    case Op::kReleaseMany: return fold(pool.ReleaseMany(ints));
     case Op::kExtend: return fold(pool.Extend(c.a));
     case Op::kRetireTop: {
       auto r = pool.RetireTop();
@@ -101,13 +142,21 @@ int64_t RunCall(SlotPool& pool, const replay::Call& c) {
     case Op::kApplies: return pool.Applies(seq);
     case Op::kLookup: return pool.Lookup(c.a).value_or(-1);
     case Op::kResumableHit:
-      return pool.ResumableHit(seq, c.a, c.ints, c.flag).value_or(-1);
+      return pool.ResumableHit(seq, c.a, ints, c.flag).value_or(-1);
     case Op::kReserveMidstep: {
-      auto r = pool.ReserveMidstep(seq, c.pairs);
+      auto r = pool.ReserveMidstep(
+          seq, absl::MakeConstSpan(arenas.pairs.data() + c.off, c.len));
       return r.ok() ? static_cast<int64_t>(r->size()) : -1;
     }
-    case Op::kPublishMidstep: return fold(pool.PublishMidstep(c.reservations, c.seq));
-    case Op::kCancelMidstep: return fold(pool.CancelMidstep(c.reservations));
+    case Op::kPublishMidstep: {
+      std::optional<Sequence> opt;
+      if (c.has_seq) opt = seq;
+      return fold(pool.PublishMidstep(
+          absl::MakeConstSpan(arenas.reservations.data() + c.off, c.len), opt));
+    }
+    case Op::kCancelMidstep:
+      return fold(pool.CancelMidstep(
+          absl::MakeConstSpan(arenas.reservations.data() + c.off, c.len)));
     case Op::kCheckpoint: {
       auto r = pool.Checkpoint(seq, c.a, c.b);
       return r.ok() ? r->state_slot : -1;
@@ -158,6 +207,10 @@ void TraceComparison() {
     if (lines[i].call.op == replay::Op::kDump) continue;
     calls.push_back(lines[i].call);
   }
+  Arenas arenas;
+  std::vector<BenchCall> compact;
+  compact.reserve(calls.size());
+  for (const replay::Call& call : calls) compact.push_back(Compact(call, arenas));
   const int reps = absl::GetFlag(FLAGS_reps);
   std::vector<double> cpp_rate;
   int64_t refused = 0;
@@ -165,17 +218,7 @@ void TraceComparison() {
     SlotPool pool = *replay::MakePool(lines[0].config);
     int64_t checksum = 0;
     const auto start = Clock::now();
-    // The converted arguments are the harness's own array: fetch ahead so
-    // the clock measures the pool, not streaming the array from memory.
-    constexpr size_t kAhead = 8;
-    for (size_t i = 0; i < calls.size(); ++i) {
-      if (i + kAhead < calls.size()) {
-        __builtin_prefetch(&calls[i + kAhead]);
-        __builtin_prefetch(reinterpret_cast<const char*>(&calls[i + kAhead]) + 64);
-        __builtin_prefetch(reinterpret_cast<const char*>(&calls[i + kAhead]) + 128);
-      }
-      checksum += RunCall(pool, calls[i]);
-    }
+    for (const BenchCall& call : compact) checksum += RunCall(pool, call, arenas);
     const double ns = std::chrono::duration<double, std::nano>(
                           Clock::now() - start).count();
     cpp_rate.push_back(calls.size() / (ns * 1e-9));

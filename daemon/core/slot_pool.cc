@@ -3,18 +3,22 @@
 #include <algorithm>
 #include <limits>
 
-#include "absl/container/flat_hash_set.h"
+#include "absl/base/attributes.h"
+#include "absl/base/optimization.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/core/status_macros.h"
 
 namespace statecache {
 namespace {
 
-absl::Status CheckHash(int64_t hash, const char* what) {
-  if (hash < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, " ", hash, " is negative; hashes are in [0, 2^63)"));
-  }
+ABSL_ATTRIBUTE_NOINLINE absl::Status NegativeHash(int64_t hash,
+                                                  const char* what) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(what, " ", hash, " is negative; hashes are in [0, 2^63)"));
+}
+
+inline absl::Status CheckHash(int64_t hash, const char* what) {
+  if (ABSL_PREDICT_FALSE(hash < 0)) return NegativeHash(hash, what);
   return absl::OkStatus();
 }
 
@@ -66,12 +70,9 @@ void SlotPool::GrowTo(int64_t capacity) {
 
 // ---------------------------------------------------------------- checks
 
-absl::Status SlotPool::CheckSlot(int64_t slot, const char* what) const {
-  if (slot < 0 || slot >= num_slots_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, ": slot ", slot, " out of range [0, ", num_slots_, ")"));
-  }
-  return absl::OkStatus();
+absl::Status SlotPool::SlotOutOfRange(int64_t slot, const char* what) const {
+  return absl::InvalidArgumentError(absl::StrCat(
+      what, ": slot ", slot, " out of range [0, ", num_slots_, ")"));
 }
 
 void SlotPool::NewScratchGeneration() const {
@@ -89,7 +90,7 @@ bool SlotPool::SeenBefore(int64_t slot) const {
 }
 
 absl::Status SlotPool::CheckReservations(
-    const std::vector<Reservation>& reservations, const char* what) const {
+    absl::Span<const Reservation> reservations, const char* what) const {
   NewScratchGeneration();
   for (const Reservation& r : reservations) {
     RETURN_IF_ERROR(CheckSlot(r.slot, what));
@@ -268,7 +269,7 @@ void SlotPool::ReleaseUnchecked(int64_t slot) {
   vacant_.Insert(slot);
 }
 
-absl::Status SlotPool::ReleaseMany(const std::vector<int64_t>& slots) {
+absl::Status SlotPool::ReleaseMany(absl::Span<const int64_t> slots) {
   NewScratchGeneration();
   for (int64_t slot : slots) {
     if (slot == -1) continue;
@@ -388,7 +389,7 @@ void SlotPool::RehomeCheckpoint(int64_t src, int64_t dst) {
 // ---------------------------------------------------------------- lookup
 
 absl::StatusOr<int64_t> SlotPool::ResumableHit(
-    const Sequence& seq, int64_t hit, const std::vector<int64_t>& block_hashes,
+    const Sequence& seq, int64_t hit, absl::Span<const int64_t> block_hashes,
     bool assume_checkpointed) const {
   if (hit < 0 || hit > static_cast<int64_t>(block_hashes.size())) {
     return absl::InvalidArgumentError(
@@ -430,7 +431,7 @@ absl::StatusOr<int64_t> SlotPool::Lookup(int64_t hash) const {
 
 absl::StatusOr<std::vector<Reservation>> SlotPool::ReserveMidstep(
     const Sequence& seq,
-    const std::vector<std::pair<int64_t, int64_t>>& positions) {
+    absl::Span<const std::pair<int64_t, int64_t>> positions) {
   for (const auto& [pos, hash] : positions) {
     RETURN_IF_ERROR(CheckHash(hash, "reserve_midstep: hash"));
   }
@@ -461,7 +462,7 @@ std::optional<int64_t> SlotPool::AnchorOf(const Sequence* seq) {
 }
 
 absl::Status SlotPool::PublishMidstep(
-    const std::vector<Reservation>& reservations,
+    absl::Span<const Reservation> reservations,
     const std::optional<Sequence>& seq) {
   RETURN_IF_ERROR(CheckReservations(reservations, "publish_midstep"));
   const bool demotes = seq.has_value();
@@ -478,7 +479,7 @@ absl::Status SlotPool::PublishMidstep(
 }
 
 absl::Status SlotPool::CancelMidstep(
-    const std::vector<Reservation>& reservations) {
+    absl::Span<const Reservation> reservations) {
   RETURN_IF_ERROR(CheckReservations(reservations, "cancel_midstep"));
   for (const Reservation& r : reservations) ReleaseUnchecked(r.slot);
   return absl::OkStatus();
@@ -582,10 +583,8 @@ absl::Status SlotPool::Invalidate(int64_t slot) {
   return absl::OkStatus();
 }
 
-void SlotPool::InvalidateUnchecked(int64_t slot) {
-  if (!enabled_) return;
+void SlotPool::InvalidateHashed(int64_t slot) {
   const int64_t hash = slots_[slot].hash;
-  if (hash == -1) return;
   SetHash(slot, -1);
   auto it = hash_to_slot_.find(hash);
   if (it != hash_to_slot_.end() && it->second == slot) hash_to_slot_.erase(it);
@@ -661,18 +660,23 @@ void SlotPool::ReleasePins() {
   if (pinned_.empty()) return;
   // Slot order, as the reference's sorted(); deferred pins survive one pass
   // and lose their deferral. The list holds only pinned slots, so this is
-  // O(p log p) in the pins, not in the pool.
-  std::vector<int32_t> order(pinned_);
-  std::sort(order.begin(), order.end());
-  for (int32_t slot : order) {
+  // O(p log p) in the pins, not in the pool; it is sorted and compacted in
+  // place (no allocation on the hot path).
+  std::sort(pinned_.begin(), pinned_.end());
+  size_t kept = 0;
+  for (size_t i = 0; i < pinned_.size(); ++i) {
+    const int32_t slot = pinned_[i];
     if (Is(slot, kDeferred)) {
       Clear(slot, kDeferred);
+      slots_[slot].pinned_pos = static_cast<int32_t>(kept);
+      pinned_[kept++] = slot;
       continue;
     }
-    slots_[slot].pins = 1;
-    UnpinUnchecked(slot);
+    slots_[slot].pins = 0;
+    slots_[slot].pinned_pos = -1;
     ReleaseUnchecked(slot);
   }
+  pinned_.resize(kept);
 }
 
 absl::Status SlotPool::ReleasePin(int64_t slot, int64_t count) {

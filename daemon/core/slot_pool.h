@@ -45,9 +45,12 @@
 #include <utility>
 #include <vector>
 
+#include "absl/base/attributes.h"
+#include "absl/base/optimization.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "daemon/core/checkpoint_lru.h"
 #include "daemon/core/sequence.h"
 #include "daemon/core/slot_retirement.h"
@@ -173,7 +176,7 @@ class SlotPool {
   absl::Status Release(int64_t slot);
   // Release of a whole set; -1 entries are skipped.
   // REQUIRES: every entry is -1 or a slot Release accepts; no slot twice.
-  absl::Status ReleaseMany(const std::vector<int64_t>& slots);
+  absl::Status ReleaseMany(absl::Span<const int64_t> slots);
 
   // ------------------------------ resizing ------------------------------- //
 
@@ -195,7 +198,7 @@ class SlotPool {
   // Largest L <= hit with a resumable checkpoint at L blocks (0 always is).
   // REQUIRES: 0 <= hit <= block_hashes.size(); hashes in [0, 2^63).
   absl::StatusOr<int64_t> ResumableHit(const Sequence& seq, int64_t hit,
-                                       const std::vector<int64_t>& block_hashes,
+                                       absl::Span<const int64_t> block_hashes,
                                        bool assume_checkpointed = false) const;
   // Slot holding the checkpoint for `hash`, or -1.
   // REQUIRES: hash in [0, 2^63).
@@ -209,18 +212,18 @@ class SlotPool {
   // REQUIRES: every hash in [0, 2^63).
   absl::StatusOr<std::vector<Reservation>> ReserveMidstep(
       const Sequence& seq,
-      const std::vector<std::pair<int64_t, int64_t>>& positions);
+      absl::Span<const std::pair<int64_t, int64_t>> positions);
   // Files each reservation under its hash and frees it as a checkpoint.
   // With `seq`, positions other than its anchor are marked speculative
   // (all of them when it has no anchor); with nullopt none are.
   // REQUIRES: each entry is exactly a reservation ReserveMidstep returned
   //   and that was neither published nor cancelled since (same slot,
   //   position and hash), named once; its slot is not pinned.
-  absl::Status PublishMidstep(const std::vector<Reservation>& reservations,
+  absl::Status PublishMidstep(absl::Span<const Reservation> reservations,
                               const std::optional<Sequence>& seq);
   // Hands reservations back vacant (their forward never ran).
   // REQUIRES: as PublishMidstep.
-  absl::Status CancelMidstep(const std::vector<Reservation>& reservations);
+  absl::Status CancelMidstep(absl::Span<const Reservation> reservations);
 
   // ---------------------------- checkpointing ---------------------------- //
 
@@ -296,8 +299,15 @@ class SlotPool {
   SlotPool(int64_t num_slots, StateTransfer transfer, int64_t hash_block_size,
            bool enabled);
 
-  absl::Status CheckSlot(int64_t slot, const char* what) const;
-  absl::Status CheckReservations(const std::vector<Reservation>& reservations,
+  absl::Status CheckSlot(int64_t slot, const char* what) const {
+    if (ABSL_PREDICT_FALSE(slot < 0 || slot >= num_slots_)) {
+      return SlotOutOfRange(slot, what);
+    }
+    return absl::OkStatus();
+  }
+  ABSL_ATTRIBUTE_NOINLINE absl::Status SlotOutOfRange(int64_t slot,
+                                                      const char* what) const;
+  absl::Status CheckReservations(absl::Span<const Reservation> reservations,
                                  const char* what) const;
 
   // Unchecked primitives: the reference's methods of the same names.
@@ -308,7 +318,10 @@ class SlotPool {
   void MarkSpeculativeUnchecked(int64_t slot);
   void PinUnchecked(int64_t slot, bool reader_is_next_batch);
   void UnpinUnchecked(int64_t slot);
-  void InvalidateUnchecked(int64_t slot);
+  void InvalidateUnchecked(int64_t slot) {
+    if (enabled_ && slots_[slot].hash != -1) InvalidateHashed(slot);
+  }
+  void InvalidateHashed(int64_t slot);
   void SetHash(int64_t slot, int64_t hash);
   void Index(int64_t hash, int64_t slot);
   void SpendCheckpoint(int64_t slot);

@@ -36,47 +36,4 @@ void VacantSet::Grow(int64_t capacity) {
   }
 }
 
-bool VacantSet::Contains(int64_t slot) const {
-  return (levels_[0][slot / 64] >> (slot % 64)) & 1;
-}
-
-void VacantSet::Insert(int64_t slot) {
-  uint64_t& leaf = levels_[0][slot / 64];
-  const uint64_t bit = uint64_t{1} << (slot % 64);
-  if (leaf & bit) return;
-  ++size_;
-  int64_t index = slot;
-  for (auto& level : levels_) {
-    uint64_t& word = level[index / 64];
-    const bool was_empty = word == 0;
-    word |= uint64_t{1} << (index % 64);
-    if (!was_empty) break;  // parents already know this word is non-empty
-    index /= 64;
-  }
-}
-
-void VacantSet::Erase(int64_t slot) {
-  uint64_t& leaf = levels_[0][slot / 64];
-  const uint64_t bit = uint64_t{1} << (slot % 64);
-  if (!(leaf & bit)) return;
-  --size_;
-  int64_t index = slot;
-  for (auto& level : levels_) {
-    uint64_t& word = level[index / 64];
-    word &= ~(uint64_t{1} << (index % 64));
-    if (word != 0) break;  // still non-empty: parents unchanged
-    index /= 64;
-  }
-}
-
-int64_t VacantSet::Min() const {
-  if (size_ == 0) return -1;
-  int64_t index = 0;
-  for (std::size_t level = levels_.size(); level-- > 0;) {
-    const uint64_t word = levels_[level][index];
-    index = index * 64 + std::countr_zero(word);
-  }
-  return index;
-}
-
 }  // namespace statecache

@@ -10,6 +10,8 @@
 #ifndef STATECACHE_DAEMON_CORE_VACANT_SET_H_
 #define STATECACHE_DAEMON_CORE_VACANT_SET_H_
 
+#include <bit>
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -22,12 +24,42 @@ class VacantSet {
 
   int64_t size() const { return size_; }
   // REQUIRES (all three): 0 <= slot < capacity.
-  bool Contains(int64_t slot) const;
+  bool Contains(int64_t slot) const {
+    return (levels_[0][slot / 64] >> (slot % 64)) & 1;
+  }
   // No-op if already a member / not a member.
-  void Insert(int64_t slot);
-  void Erase(int64_t slot);
+  void Insert(int64_t slot) {
+    if (Contains(slot)) return;
+    ++size_;
+    int64_t index = slot;
+    for (auto& level : levels_) {
+      uint64_t& word = level[index / 64];
+      const bool was_empty = word == 0;
+      word |= uint64_t{1} << (index % 64);
+      if (!was_empty) break;  // parents already know this word is non-empty
+      index /= 64;
+    }
+  }
+  void Erase(int64_t slot) {
+    if (!Contains(slot)) return;
+    --size_;
+    int64_t index = slot;
+    for (auto& level : levels_) {
+      uint64_t& word = level[index / 64];
+      word &= ~(uint64_t{1} << (index % 64));
+      if (word != 0) break;  // still non-empty: parents unchanged
+      index /= 64;
+    }
+  }
   // Lowest member, or -1 when empty.
-  int64_t Min() const;
+  int64_t Min() const {
+    if (size_ == 0) return -1;
+    int64_t index = 0;
+    for (size_t level = levels_.size(); level-- > 0;) {
+      index = index * 64 + std::countr_zero(levels_[level][index]);
+    }
+    return index;
+  }
 
  private:
   // levels_[0] is the leaf level (one bit per slot); each higher level has
