@@ -1,0 +1,353 @@
+// rpc_bench: what a pass costs over the wire, against an empty call.
+//
+//   rpc_bench [--statecached=PATH] [--iterations=N] [--reps=N]
+//
+// Starts its own statecached on a Unix socket in a temporary directory and
+// measures, on that socket in the same run:
+//   * round-trip latency (p50, p99) of Ping (the baseline: an empty call),
+//     of a one-operation Step, and of Steps of 64 and 256 realistic
+//     operations (a scheduler pass: begin_pass, admissions that resume from
+//     earlier turns, checkpoints, releases), unary and over StepStream, each
+//     printed as a ratio to Ping's;
+//   * steps/s with 1, 4 and 16 concurrent sessions (one thread each, 64-op
+//     steps over StepStream).
+// Every figure is the median over --reps runs.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <random>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "proto/statecache/v1/statecache.grpc.pb.h"
+
+ABSL_FLAG(std::string, statecached, STATECACHED_PATH_DEFAULT,
+          "the daemon binary to start");
+ABSL_FLAG(int, iterations, 3000, "round trips per latency measurement");
+ABSL_FLAG(int, reps, 3, "repetitions (median reported)");
+ABSL_FLAG(double, seconds, 2.0, "duration of each throughput run");
+
+namespace statecache {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+namespace v1 = ::statecache::v1;
+
+constexpr int64_t kBlock = 64;
+constexpr int kSlots = 4096;
+
+// ------------------------------------------------------------------ daemon
+
+class Daemon {
+ public:
+  Daemon() {
+    char tmpl[] = "/tmp/rpc_bench.XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    address_ = absl::StrCat("unix:", dir_, "/sc.sock");
+    int fds[2];
+    if (pipe(fds) != 0) std::abort();
+    pid_ = fork();
+    if (pid_ == 0) {
+      close(fds[0]);
+      const std::string bin = absl::GetFlag(FLAGS_statecached);
+      const std::string listen = absl::StrCat("--listen=", address_);
+      const std::string ready = absl::StrCat("--ready_fd=", fds[1]);
+      const std::string slots = absl::StrCat("--num_slots=", kSlots);
+      execl(bin.c_str(), bin.c_str(), listen.c_str(), ready.c_str(),
+            slots.c_str(), "--model_id=bench", "--lease_ttl=60s",
+            static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    close(fds[1]);
+    char buf[16];
+    if (read(fds[0], buf, sizeof buf) <= 0) {
+      std::fprintf(stderr, "rpc_bench: statecached did not become ready\n");
+      std::exit(1);
+    }
+    close(fds[0]);
+  }
+  ~Daemon() {
+    kill(pid_, SIGTERM);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    std::string cmd = absl::StrCat("rm -rf ", dir_);
+    (void)std::system(cmd.c_str());
+  }
+  const std::string& address() const { return address_; }
+
+ private:
+  std::string dir_;
+  std::string address_;
+  pid_t pid_ = -1;
+};
+
+// ------------------------------------------------------------------ passes
+
+// A scheduler of its own session: builds passes of `ops` operations that
+// keep the pool in a steady state (each pass releases what an earlier pass
+// admitted) and resume earlier turns of a set of conversations.
+class Scheduler {
+ public:
+  Scheduler(std::string session, int ops, uint64_t seed)
+      : session_(std::move(session)), ops_(ops), rng_(seed) {}
+
+  v1::StepRequest NextPass() {
+    v1::StepRequest req;
+    req.set_session_id(session_);
+    req.add_operations()->mutable_begin_pass();
+    if (ops_ == 1) return req;
+    // The rest in thirds: admit, checkpoint, release.
+    const int per = std::max(1, (ops_ - 1) / 3);
+    std::vector<std::string> admitted;
+    std::vector<size_t> conv_of;
+    for (int i = 0; i < per; ++i) {
+      const size_t ci = rng_() % convs_.size();
+      Conversation& conv = convs_[ci];
+      // The next turn extends the prompt by one or two blocks.
+      const int add = 1 + static_cast<int>(rng_() % 2);
+      for (int k = 0; k < add; ++k) {
+        conv.hashes.push_back(static_cast<int64_t>(
+            (conv.hashes.empty() ? rng_() : conv.hashes.back() * 1000003 + k) >> 1));
+      }
+      if (conv.hashes.size() > 48) conv.hashes.erase(conv.hashes.begin(), conv.hashes.end() - 8);
+      const std::string id = absl::StrCat("r", next_id_++);
+      v1::Admit* a = req.add_operations()->mutable_admit();
+      a->set_request_id(id);
+      a->set_width(1);
+      a->set_num_tokens(static_cast<int64_t>(conv.hashes.size()) * kBlock + 7);
+      a->set_anchor_pos(static_cast<int64_t>(conv.hashes.size()) * kBlock);
+      for (int64_t h : conv.hashes) a->add_block_hashes(h);
+      a->set_kv_hit_blocks(static_cast<int32_t>(conv.hashes.size()) - add);
+      admitted.push_back(id);
+      conv_of.push_back(ci);
+    }
+    for (size_t i = 0; i < admitted.size(); ++i) {
+      v1::Checkpoint* c = req.add_operations()->mutable_checkpoint();
+      c->set_request_id(admitted[i]);
+      const Conversation& conv = convs_[conv_of[i]];
+      c->set_boundary_blocks(static_cast<int64_t>(conv.hashes.size()));
+      c->set_hash(conv.hashes.empty() ? 1 : conv.hashes.back());
+    }
+    // Release what the previous pass admitted.
+    for (const std::string& id : running_) {
+      req.add_operations()->mutable_release()->set_request_id(id);
+    }
+    running_ = std::move(admitted);
+    while (req.operations_size() < ops_) {
+      req.add_operations()->mutable_lookup()->set_hash(
+          static_cast<int64_t>(rng_() >> 1));
+    }
+    return req;
+  }
+
+ private:
+  struct Conversation {
+    std::vector<int64_t> hashes;
+  };
+  std::string session_;
+  int ops_;
+  std::mt19937_64 rng_;
+  std::vector<Conversation> convs_ = std::vector<Conversation>(64);
+  std::vector<std::string> running_;
+  uint64_t next_id_ = 0;
+};
+
+std::string Attach(v1::StateCache::Stub& stub) {
+  v1::AttachRequest req;
+  req.mutable_identity()->set_model_id("bench");
+  req.mutable_identity()->set_hash_block_size(kBlock);
+  v1::AttachResponse resp;
+  grpc::ClientContext ctx;
+  grpc::Status s = stub.Attach(&ctx, req, &resp);
+  if (!s.ok()) {
+    std::fprintf(stderr, "attach: %s\n", s.error_message().c_str());
+    std::exit(1);
+  }
+  return resp.session_id();
+}
+
+struct Latency {
+  double p50_us = 0;
+  double p99_us = 0;
+};
+
+Latency Summarise(std::vector<double>& us) {
+  std::sort(us.begin(), us.end());
+  return {us[us.size() / 2], us[us.size() * 99 / 100]};
+}
+
+void CheckStep(const v1::StepResponse& resp) {
+  for (const auto& r : resp.results()) {
+    if (r.code() != 0 && r.code() != 8 /*RESOURCE_EXHAUSTED*/) {
+      std::fprintf(stderr, "step op refused: %d %s\n", r.code(),
+                   r.message().c_str());
+      std::exit(1);
+    }
+  }
+}
+
+Latency PingLatency(v1::StateCache::Stub& stub, int n) {
+  std::vector<double> us;
+  us.reserve(n);
+  for (int i = 0; i < n; ++i) {
+    grpc::ClientContext ctx;
+    v1::PingResponse resp;
+    const auto t0 = Clock::now();
+    grpc::Status s = stub.Ping(&ctx, v1::PingRequest(), &resp);
+    us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    if (!s.ok()) std::exit(1);
+  }
+  return Summarise(us);
+}
+
+Latency UnaryStepLatency(v1::StateCache::Stub& stub, int ops, int n) {
+  Scheduler sched(Attach(stub), ops, 7);
+  std::vector<double> us;
+  us.reserve(n);
+  for (int i = 0; i < n; ++i) {
+    const v1::StepRequest req = sched.NextPass();  // built before the clock
+    grpc::ClientContext ctx;
+    v1::StepResponse resp;
+    const auto t0 = Clock::now();
+    grpc::Status s = stub.Step(&ctx, req, &resp);
+    us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    if (!s.ok()) {
+      std::fprintf(stderr, "step: %s\n", s.error_message().c_str());
+      std::exit(1);
+    }
+    CheckStep(resp);
+  }
+  return Summarise(us);
+}
+
+Latency StreamStepLatency(v1::StateCache::Stub& stub, int ops, int n) {
+  Scheduler sched(Attach(stub), ops, 11);
+  grpc::ClientContext ctx;
+  auto stream = stub.StepStream(&ctx);
+  std::vector<double> us;
+  us.reserve(n);
+  v1::StepResponse resp;
+  for (int i = 0; i < n; ++i) {
+    const v1::StepRequest req = sched.NextPass();
+    const auto t0 = Clock::now();
+    if (!stream->Write(req) || !stream->Read(&resp)) {
+      std::fprintf(stderr, "stream broke\n");
+      std::exit(1);
+    }
+    us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    CheckStep(resp);
+  }
+  stream->WritesDone();
+  (void)stream->Finish();
+  return Summarise(us);
+}
+
+double Throughput(const std::string& address, int sessions, double seconds) {
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> steps{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < sessions; ++t) {
+    threads.emplace_back([&, t] {
+      // One channel per session, as separate engines would have.
+      grpc::ChannelArguments args;
+      args.SetInt("grpc.channel_id", t);  // distinct subchannels
+      auto channel = grpc::CreateCustomChannel(
+          address, grpc::InsecureChannelCredentials(), args);
+      auto stub = v1::StateCache::NewStub(channel);
+      Scheduler sched(Attach(*stub), 64, 100 + t);
+      grpc::ClientContext ctx;
+      auto stream = stub->StepStream(&ctx);
+      v1::StepResponse resp;
+      while (!stop.load(std::memory_order_relaxed)) {
+        if (!stream->Write(sched.NextPass()) || !stream->Read(&resp)) break;
+        steps.fetch_add(1, std::memory_order_relaxed);
+      }
+      stream->WritesDone();
+      (void)stream->Finish();
+    });
+  }
+  const auto t0 = Clock::now();
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  stop = true;
+  const double elapsed =
+      std::chrono::duration<double>(Clock::now() - t0).count();
+  for (auto& th : threads) th.join();
+  return steps.load() / elapsed;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+}  // namespace statecache
+
+int main(int argc, char** argv) {
+  using namespace statecache;
+  absl::ParseCommandLine(argc, argv);
+  Daemon daemon;
+  auto channel = grpc::CreateChannel(daemon.address(),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = v1::StateCache::NewStub(channel);
+  const int n = absl::GetFlag(FLAGS_iterations);
+  const int reps = absl::GetFlag(FLAGS_reps);
+  (void)PingLatency(*stub, 200);  // warm the channel
+
+  struct Row {
+    const char* name;
+    std::function<Latency()> run;
+  };
+  const std::vector<Row> rows = {
+      {"Ping (baseline)", [&] { return PingLatency(*stub, n); }},
+      {"Step, 1 op", [&] { return UnaryStepLatency(*stub, 1, n); }},
+      {"Step, 64 ops", [&] { return UnaryStepLatency(*stub, 64, n); }},
+      {"Step, 256 ops", [&] { return UnaryStepLatency(*stub, 256, n); }},
+      {"StepStream, 1 op", [&] { return StreamStepLatency(*stub, 1, n); }},
+      {"StepStream, 64 ops", [&] { return StreamStepLatency(*stub, 64, n); }},
+      {"StepStream, 256 ops", [&] { return StreamStepLatency(*stub, 256, n); }},
+  };
+  std::printf("round trips over %s, %d per run, median of %d runs\n",
+              daemon.address().c_str(), n, reps);
+  std::printf("  %-22s %10s %10s %12s %12s\n", "call", "p50 us", "p99 us",
+              "p50/Ping", "p99/Ping");
+  double ping50 = 0, ping99 = 0;
+  for (const Row& row : rows) {
+    std::vector<double> p50, p99;
+    for (int r = 0; r < reps; ++r) {
+      Latency l = row.run();
+      p50.push_back(l.p50_us);
+      p99.push_back(l.p99_us);
+    }
+    const double m50 = Median(p50), m99 = Median(p99);
+    if (ping50 == 0) ping50 = m50, ping99 = m99;
+    std::printf("  %-22s %10.1f %10.1f %11.2fx %11.2fx\n", row.name, m50, m99,
+                m50 / ping50, m99 / ping99);
+  }
+  std::printf("\nthroughput: 64-op steps over StepStream, one session per thread\n");
+  for (int sessions : {1, 4, 16}) {
+    std::vector<double> rates;
+    for (int r = 0; r < reps; ++r) {
+      rates.push_back(Throughput(daemon.address(), sessions,
+                                 absl::GetFlag(FLAGS_seconds)));
+    }
+    std::printf("  %2d sessions  %10.0f steps/s  (%.0f ops/s)\n", sessions,
+                Median(rates), Median(rates) * 64);
+  }
+  return 0;
+}
