@@ -12,6 +12,9 @@
 // Exit codes: 0 after a clean shutdown, 1 when the server cannot start,
 // 2 for a bad configuration.
 #include <fcntl.h>
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -31,14 +34,11 @@
 #include <utility>
 #include <vector>
 
-#include <grpcpp/ext/proto_server_reflection_plugin.h>
-#include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
-
 #include "absl/base/thread_annotations.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
@@ -59,8 +59,10 @@
 ABSL_FLAG(std::string, listen, "",
           "Address to serve on. Default: unix:/run/statecache/statecached.sock "
           "as root, else unix:$XDG_RUNTIME_DIR/statecache/statecached.sock, "
-          "else unix:/tmp/statecache-$UID/statecached.sock. The socket's "
-          "directory is created with mode 0700 and the socket made 0660. A "
+          "else unix:/tmp/statecache-$UID/statecached.sock. A missing "
+          "socket directory is created with mode 0700 (an existing one is "
+          "left as it is: pre-create it with a group to share the socket) "
+          "and the socket is made 0660. A "
           "TCP address (e.g. 127.0.0.1:50051; port 0 picks one) is served "
           "only when given explicitly: it has no authentication.");
 ABSL_FLAG(int64_t, num_slots, 1024, "Slots in the pool at start.");
@@ -182,8 +184,8 @@ absl::Status PrepareSocketDirectory(const std::string& socket_path) {
     return absl::OkStatus();
   }
   // Parents first (mkdir -p), then the socket's own directory private.
-  for (std::string::size_type pos = dir.find('/', 1);
-       pos != std::string::npos; pos = dir.find('/', pos + 1)) {
+  for (std::string::size_type pos = dir.find('/', 1); pos != std::string::npos;
+       pos = dir.find('/', pos + 1)) {
     const std::string parent = dir.substr(0, pos);
     if (::mkdir(parent.c_str(), 0755) != 0 && errno != EEXIST) {
       return absl::InternalError(
@@ -220,8 +222,8 @@ absl::Status CheckNoLiveDaemon(const std::string& socket_path) {
                         sizeof(addr)) == 0;
   ::close(fd);
   if (live) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "another daemon is listening on ", socket_path));
+    return absl::FailedPreconditionError(
+        absl::StrCat("another daemon is listening on ", socket_path));
   }
   return absl::OkStatus();
 }
@@ -274,7 +276,7 @@ class MaintenanceThread {
   void Run() ABSL_LOCKS_EXCLUDED(mu_) {
     for (;;) {
       cache_->Tick();
-      events_->LogExpiries(*cache_);
+      events_->LogExpiries();
       const absl::Time now = absl::Now();
       const absl::Time wake =
           std::clamp(cache_->NextDeadline(), now + kMinMaintenanceSleep,
@@ -324,17 +326,21 @@ int Serve() {
     }
   } else if (!absl::StartsWith(listen, "unix-abstract:")) {
     LOG_WARNING(
-        "listening on TCP address %s: there is NO authentication and NO "
-        "encryption; anyone who can connect can drive, resize and evict. "
-        "Prefer a unix socket.",
+        "TCP address %s: there is NO authentication and NO encryption; "
+        "anyone who can connect can drive, resize and evict. Prefer a unix "
+        "socket.",
         listen);
     if (!IsLoopback(listen)) {
-      LOG_WARNING("%s is not a loopback address: the cache is reachable from "
-                  "other machines",
-                  listen);
+      LOG_WARNING(
+          "%s is not a loopback address: the cache is reachable from "
+          "other machines",
+          listen);
     }
   }
 
+  // A reader that went away (--ready_fd, a piped stderr) must not kill the
+  // daemon; the failed write is reported instead.
+  ::signal(SIGPIPE, SIG_IGN);
   // Signals are taken synchronously by sigwait below: block them before any
   // thread exists so every thread (gRPC's included) inherits the mask.
   sigset_t stop_signals;
@@ -351,7 +357,7 @@ int Serve() {
     return kExitConfigError;
   }
   SessionEventLog events;
-  (*cache)->set_observer(&events);
+  (*cache)->AddObserver(&events);
   StateCacheGrpcService scheduler_service(cache->get(), &events);
   StateCacheAdminGrpcService admin_service(cache->get(), &events);
 
@@ -383,8 +389,7 @@ int Serve() {
   auto set_serving = [health](bool serving) {
     if (health == nullptr) return;
     health->SetServingStatus(v1::StateCache::service_full_name(), serving);
-    health->SetServingStatus(v1::StateCacheAdmin::service_full_name(),
-                             serving);
+    health->SetServingStatus(v1::StateCacheAdmin::service_full_name(), serving);
     health->SetServingStatus(serving);
   };
   set_serving(true);
@@ -395,8 +400,8 @@ int Serve() {
            absl::GetFlag(FLAGS_num_slots), transfer_name,
            absl::FormatDuration(absl::GetFlag(FLAGS_lease_ttl)),
            absl::GetFlag(FLAGS_max_ops_per_step));
-  LOG_INFO("listening on %s epoch=%d",
-           EffectiveAddress(listen, selected_port), (*cache)->epoch());
+  LOG_INFO("listening on %s epoch=%d", EffectiveAddress(listen, selected_port),
+           (*cache)->epoch());
   SignalReady(absl::GetFlag(FLAGS_ready_fd));
 
   int signal_number = 0;
@@ -410,8 +415,8 @@ int Serve() {
   // Resize call finishes CANCELLED).
   (*cache)->SetDraining(true);
   set_serving(false);
-  server->Shutdown(absl::ToChronoTime(absl::Now() +
-                                      absl::GetFlag(FLAGS_shutdown_grace)));
+  server->Shutdown(
+      absl::ToChronoTime(absl::Now() + absl::GetFlag(FLAGS_shutdown_grace)));
   maintenance.Stop();
   server.reset();
   // Destroying the cache cancels a resize still pending in the core.
@@ -425,9 +430,17 @@ int Serve() {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "statecached: the recurrent-state cache daemon.\n"
-      "Usage: statecached [--listen=ADDR] [--num_slots=N] [--transfer=fork] "
-      "...\nSee --help for every flag.");
+      "the recurrent-state cache daemon.\n"
+      "Usage: statecached [--listen=ADDR] [--num_slots=N] [--transfer=KIND] "
+      "[flags...]");
+  // --help lists this file's flags (absl matches files named after the
+  // program by default, and this one is main.cc).
+  absl::FlagsUsageConfig usage_config;
+  usage_config.contains_help_flags = [](absl::string_view path) {
+    return absl::EndsWith(path, "daemon/main.cc");
+  };
+  usage_config.contains_helpshort_flags = usage_config.contains_help_flags;
+  absl::SetFlagsUsageConfig(usage_config);
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   if (positional.size() > 1) {
     statecache::log::Write(

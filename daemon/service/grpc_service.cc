@@ -84,11 +84,11 @@ class StepStreamReactor final
     ++steps_;
     absl::Status status;
     if (request_.session_id() != session_id_) {
-      status = absl::InvalidArgumentError(absl::StrCat(
-          "StepStream: message names session \"",
-          absl::CHexEscape(request_.session_id()),
-          "\" but the stream belongs to session \"",
-          absl::CHexEscape(session_id_), "\"; open a new stream"));
+      status = absl::InvalidArgumentError(
+          absl::StrCat("StepStream: message names session \"",
+                       absl::CHexEscape(request_.session_id()),
+                       "\" but the stream belongs to session \"",
+                       absl::CHexEscape(session_id_), "\"; open a new stream"));
     } else {
       status = cache_->Step(request_, &response_);
     }
@@ -136,26 +136,29 @@ class ResizeReactor final : public grpc::ServerUnaryReactor {
   void Start(StateCache& cache, const v1::ResizeRequest& request) {
     LOG_INFO("resize to %d slots requested by %s (deadline_ms=%d)",
              request.target_slots(), peer_, request.deadline_ms());
-    cache.Resize(request, [shared = shared_, this](
-                              absl::Status status,
-                              const v1::ResizeResponse& result) {
-      if (!shared->TakeFinish()) return;  // cancelled first: `this` is gone
-      *response_ = result;
-      if (status.ok()) {
-        LOG_INFO("resize done: %d slots, %d relocated, %d evicted (%dms)",
-                 result.num_slots(), result.relocated(), result.evicted(),
-                 absl::ToInt64Milliseconds(absl::Now() - start_));
-      } else {
-        LOG_INFO("resize failed: %s", status.ToString());
-      }
-      Finish(ToGrpcStatus(status));
-    });
+    // The outcome is logged even when the call is gone; only `shared` and
+    // copies are touched before TakeFinish says the call is still ours.
+    cache.Resize(
+        request, [shared = shared_, start = start_, this](
+                     absl::Status status, const v1::ResizeResponse& result) {
+          if (status.ok()) {
+            LOG_INFO("resize done: %d slots, %d relocated, %d evicted (%dms)",
+                     result.num_slots(), result.relocated(), result.evicted(),
+                     absl::ToInt64Milliseconds(absl::Now() - start));
+          } else {
+            LOG_INFO("resize failed: %s", status.ToString());
+          }
+          if (!shared->TakeFinish()) return;  // cancelled first: `this` is gone
+          *response_ = result;
+          Finish(ToGrpcStatus(status));
+        });
   }
 
   void OnCancel() override {
     std::shared_ptr<Shared> shared = shared_;
     if (!shared->TakeFinish()) return;
-    LOG_INFO("resize call from %s cancelled; the resize carries on", peer_);
+    LOG_INFO("resize call from %s cancelled (the resize itself goes on)",
+             peer_);
     Finish(grpc::Status(grpc::StatusCode::CANCELLED, "Resize call cancelled"));
   }
 

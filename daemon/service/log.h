@@ -56,8 +56,8 @@ inline void Write(char level, std::string_view message) {
                                       absl::UTCTimeZone());
   absl::StrAppendFormat(&line, " %c %s: %s\n", level, internal::program_name,
                         message);
-  // One write per line keeps concurrent lines whole; a short write (stderr
-  // closed or full) loses the rest of the line rather than blocking on retries.
+  // One write per line keeps concurrent lines whole. A short or failed
+  // write (stderr closed) loses the line: logging never retries or fails.
   ssize_t written = ::write(STDERR_FILENO, line.data(), line.size());
   (void)written;
 }
@@ -71,11 +71,11 @@ inline void Write(char level, std::string_view message) {
 #define LOG_INFO(...) \
   ::statecache::log::Write('I', ::absl::StrFormat(__VA_ARGS__))
 // Formats nothing unless debug logging is on.
-#define LOG_DEBUG(...)                                              \
-  do {                                                              \
-    if (::statecache::log::Verbosity() >= 1) {                      \
+#define LOG_DEBUG(...)                                               \
+  do {                                                               \
+    if (::statecache::log::Verbosity() >= 1) {                       \
       ::statecache::log::Write('D', ::absl::StrFormat(__VA_ARGS__)); \
-    }                                                               \
+    }                                                                \
   } while (0)
 
 #endif  // STATECACHE_DAEMON_SERVICE_LOG_H_

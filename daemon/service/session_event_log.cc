@@ -3,7 +3,6 @@
 #include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/escaping.h"
 #include "daemon/service/log.h"
 
@@ -31,46 +30,30 @@ void SessionEventLog::Ended(const std::string& session_id, std::string_view how,
       client_names_.erase(it);
     }
   }
-  LOG_INFO("session %s %s: client=\"%s\" requests_released=%d", session_id,
-           how, absl::CHexEscape(client_name), requests_released);
+  LOG_INFO("session %s %s: client=\"%s\" requests_released=%d", session_id, how,
+           absl::CHexEscape(client_name), requests_released);
 }
 
-void SessionEventLog::OnSessionEnded(SessionEnd how) {
-  if (how == SessionEnd::kExpired) {
-    unlogged_expiries_.fetch_add(1, std::memory_order_relaxed);
-  }
+void SessionEventLog::OnSessionEnded(const std::string& session_id,
+                                     const std::string& client_name,
+                                     SessionEnd how, int32_t requests_released) {
+  if (how != SessionEnd::kExpired) return;  // the adapter logs the others
+  absl::MutexLock lock(&mu_);
+  client_names_.erase(session_id);
+  expiries_.push_back(Expiry{session_id, client_name, requests_released});
 }
 
-void SessionEventLog::LogExpiries(StateCache& cache) {
-  int64_t expiries = unlogged_expiries_.exchange(0, std::memory_order_relaxed);
-  if (expiries == 0) return;
-  v1::ListSessionsResponse live;
-  cache.ListSessions(&live);
-  absl::flat_hash_set<std::string> live_ids;
-  for (const v1::SessionInfo& info : live.sessions()) {
-    live_ids.insert(info.session_id());
-  }
-  std::vector<std::pair<std::string, std::string>> expired;
+void SessionEventLog::LogExpiries() {
+  std::vector<Expiry> expired;
   {
     absl::MutexLock lock(&mu_);
-    for (auto it = client_names_.begin(); it != client_names_.end();) {
-      if (static_cast<int64_t>(expired.size()) < expiries &&
-          !live_ids.contains(it->first)) {
-        expired.emplace_back(it->first, std::move(it->second));
-        client_names_.erase(it++);
-      } else {
-        ++it;
-      }
-    }
+    expired.swap(expiries_);
   }
-  for (const auto& [session_id, client_name] : expired) {
-    LOG_INFO("session %s expired (lease lapsed): client=\"%s\"", session_id,
-             absl::CHexEscape(client_name));
-  }
-  // Sessions attached through another path than the adapter (none today).
-  if (static_cast<int64_t>(expired.size()) < expiries) {
-    LOG_INFO("%d session(s) expired (lease lapsed)",
-             expiries - static_cast<int64_t>(expired.size()));
+  for (const Expiry& e : expired) {
+    LOG_INFO("session %s expired (lease lapsed): client=\"%s\" "
+             "requests_released=%d",
+             e.session_id, absl::CHexEscape(e.client_name),
+             e.requests_released);
   }
 }
 

@@ -1,15 +1,11 @@
 // SessionEventLog: one INFO line per session attach, detach, eviction and
 // lease expiry.
 //
-// StateCache's observer hook says that a session ended and how, but not which
-// one, and it runs with the core's mutex held, where nothing slow (a write to
-// stderr) may happen. So the gRPC adapter reports what it sees (attach,
-// detach and evict results, with ids) and the observer hook only counts
-// expiries; the maintenance thread then calls LogExpiries, which names the
-// expired sessions by comparing the sessions it was told about with
-// StateCache::ListSessions. (If a detach and an expiry race, the detached
-// session may be logged as expired; at most as many sessions are logged
-// expired as actually expired.)
+// The gRPC adapter reports what it sees (attach with the peer, detach and
+// evict results). Lease expiries happen inside StateCache, whose observer hook
+// runs with the core's mutex held, where nothing slow (a write to stderr) may
+// happen: the hook only queues them, and the maintenance thread writes them
+// out with LogExpiries.
 //
 // Thread safety: thread-safe.
 #ifndef STATECACHE_DAEMON_SERVICE_SESSION_EVENT_LOG_H_
@@ -19,6 +15,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -40,19 +37,27 @@ class SessionEventLog : public StateCacheObserver {
   void Ended(const std::string& session_id, std::string_view how,
              int32_t requests_released) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // StateCacheObserver. Called with the core's mutex held: only counts.
-  void OnSessionEnded(SessionEnd how) override;
+  // StateCacheObserver. Called with the core's mutex held: only queues.
+  void OnSessionEnded(const std::string& session_id,
+                      const std::string& client_name, SessionEnd how,
+                      int32_t requests_released) override
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // Logs the sessions whose lease lapsed since the last call. Cheap when none
-  // did. REQUIRES: not called with the core's mutex held (calls ListSessions).
-  void LogExpiries(StateCache& cache) ABSL_LOCKS_EXCLUDED(mu_);
+  // did.
+  void LogExpiries() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   absl::Mutex mu_;
   // Session id -> client name, for every session believed attached.
   absl::flat_hash_map<std::string, std::string> client_names_
       ABSL_GUARDED_BY(mu_);
-  std::atomic<int64_t> unlogged_expiries_{0};
+  struct Expiry {
+    std::string session_id;
+    std::string client_name;
+    int32_t requests_released;
+  };
+  std::vector<Expiry> expiries_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace statecache

@@ -262,8 +262,8 @@ absl::Status StateCache::EvictSession(const v1::EvictSessionRequest& request,
   return absl::OkStatus();
 }
 
-int32_t StateCache::EndSession(const std::string& session_id,
-                               SessionEnd how) {
+// By value: callers pass ids that live in the session being erased.
+int32_t StateCache::EndSession(std::string session_id, SessionEnd how) {
   auto it = sessions_.find(session_id);
   if (it == sessions_.end()) return 0;
   Session& session = *it->second;
@@ -281,7 +281,9 @@ int32_t StateCache::EndSession(const std::string& session_id,
     (void)pool_.ReleasePin(slot, pin.count);
   }
   session.pins.clear();
-  if (observer_) observer_->OnSessionEnded(how);
+  for (StateCacheObserver* o : observers_) {
+    o->OnSessionEnded(session_id, session.client_name, how, released);
+  }
   sessions_.erase(it);
   if (ended_.emplace(session_id, how).second) {
     ended_order_.push_back(session_id);
@@ -555,7 +557,9 @@ absl::Status StateCache::Admit(Session& session, const v1::Admit& op,
       case ResumeOutcome::kAdopt: ++counters_.resumes_adopt; break;
       case ResumeOutcome::kMiss: ++counters_.resumes_miss; break;
     }
-    if (observer_) observer_->OnResume(outcome, op.kv_hit_blocks(), hit);
+    for (StateCacheObserver* o : observers_) {
+      o->OnResume(outcome, op.kv_hit_blocks(), hit);
+    }
   }
   for (int32_t i = 0; i < static_cast<int32_t>(request->slots.size()); ++i) {
     SetOwner(request->slots[i], &session, request.get(), i);
@@ -748,7 +752,9 @@ void StateCache::Resize(const v1::ResizeRequest& request, ResizeDone done) {
       (void)pool_.Extend(target - from);
       if (static_cast<int64_t>(owners_.size()) < target) owners_.resize(target);
       response.set_num_slots(pool_.num_slots());
-      if (observer_ && target != from) observer_->OnResize(from, target);
+      if (target != from) {
+        for (StateCacheObserver* o : observers_) o->OnResize(from, target);
+      }
     } else {
       resize_ = std::make_unique<PendingResize>();
       resize_->target = target;
@@ -795,8 +801,10 @@ bool StateCache::AdvanceResize() {
   }
   // The copy engine (host backend: none yet) consumes the relocation log.
   (void)pool_.TakeRelocations();
-  if (observer_ && pool_.num_slots() != from) {
-    observer_->OnResize(from, pool_.num_slots());
+  if (pool_.num_slots() != from) {
+    for (StateCacheObserver* o : observers_) {
+      o->OnResize(from, pool_.num_slots());
+    }
   }
   return pool_.num_slots() == r.target;
 }

@@ -64,7 +64,9 @@ class StateCacheObserver {
   virtual ~StateCacheObserver() = default;
   virtual void OnResume(ResumeOutcome outcome, int64_t blocks_wanted,
                         int64_t blocks_resumed) {}
-  virtual void OnSessionEnded(SessionEnd how) {}
+  virtual void OnSessionEnded(const std::string& session_id,
+                              const std::string& client_name, SessionEnd how,
+                              int32_t requests_released) {}
   virtual void OnResize(int64_t from_slots, int64_t to_slots) {}
 };
 
@@ -81,8 +83,11 @@ class StateCache {
 
   uint64_t epoch() const { return epoch_; }
 
-  // Not owned; must outlive this. Set before serving.
-  void set_observer(StateCacheObserver* observer) { observer_ = observer; }
+  // Not owned; must outlive this. Added before serving (not thread-safe
+  // against calls in flight).
+  void AddObserver(StateCacheObserver* observer) {
+    observers_.push_back(observer);
+  }
 
   // ----------------------------------------------------------- scheduler
 
@@ -171,7 +176,7 @@ class StateCache {
 
   // Releases every request of the session and every pin its clock holds,
   // then forgets it.
-  int32_t EndSession(const std::string& session_id, SessionEnd how)
+  int32_t EndSession(std::string session_id, SessionEnd how)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseRequest(Session& session, Request& request)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -200,7 +205,7 @@ class StateCache {
   Clock* const clock_;
   const uint64_t epoch_;
   const absl::Time start_time_;
-  StateCacheObserver* observer_ = nullptr;
+  std::vector<StateCacheObserver*> observers_;
 
   mutable absl::Mutex mu_;
   SlotPool pool_ ABSL_GUARDED_BY(mu_);

@@ -1,0 +1,714 @@
+#include "client/statecache_client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <thread>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "proto/statecache/v1/statecache.grpc.pb.h"
+#include "proto/statecache/v1/statecache.pb.h"
+
+namespace statecache {
+namespace {
+
+// The client's one grpc::Status -> absl::Status mapping (the daemon's
+// inverse lives in daemon/service/grpc_status.cc).
+absl::StatusCode FromGrpcCode(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::StatusCode::OK:
+      return absl::StatusCode::kOk;
+    case grpc::StatusCode::CANCELLED:
+      return absl::StatusCode::kCancelled;
+    case grpc::StatusCode::UNKNOWN:
+      return absl::StatusCode::kUnknown;
+    case grpc::StatusCode::INVALID_ARGUMENT:
+      return absl::StatusCode::kInvalidArgument;
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return absl::StatusCode::kDeadlineExceeded;
+    case grpc::StatusCode::NOT_FOUND:
+      return absl::StatusCode::kNotFound;
+    case grpc::StatusCode::ALREADY_EXISTS:
+      return absl::StatusCode::kAlreadyExists;
+    case grpc::StatusCode::PERMISSION_DENIED:
+      return absl::StatusCode::kPermissionDenied;
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      return absl::StatusCode::kResourceExhausted;
+    case grpc::StatusCode::FAILED_PRECONDITION:
+      return absl::StatusCode::kFailedPrecondition;
+    case grpc::StatusCode::ABORTED:
+      return absl::StatusCode::kAborted;
+    case grpc::StatusCode::OUT_OF_RANGE:
+      return absl::StatusCode::kOutOfRange;
+    case grpc::StatusCode::UNIMPLEMENTED:
+      return absl::StatusCode::kUnimplemented;
+    case grpc::StatusCode::INTERNAL:
+      return absl::StatusCode::kInternal;
+    case grpc::StatusCode::UNAVAILABLE:
+      return absl::StatusCode::kUnavailable;
+    case grpc::StatusCode::DATA_LOSS:
+      return absl::StatusCode::kDataLoss;
+    case grpc::StatusCode::UNAUTHENTICATED:
+      return absl::StatusCode::kUnauthenticated;
+    default:
+      return absl::StatusCode::kUnknown;
+  }
+}
+
+absl::Status FromGrpcStatus(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(FromGrpcCode(status.error_code()),
+                      status.error_message());
+}
+
+// In-message codes (OperationResult.code, StepResponse.error_code) carry
+// google.rpc.Code values, which absl::StatusCode shares.
+absl::Status FromWireCode(int32_t code, const std::string& message) {
+  if (code == 0) return absl::OkStatus();
+  if (code < 0 ||
+      code > static_cast<int32_t>(absl::StatusCode::kUnauthenticated)) {
+    return absl::UnknownError(absl::StrCat("code ", code, ": ", message));
+  }
+  return absl::Status(static_cast<absl::StatusCode>(code), message);
+}
+
+std::chrono::system_clock::time_point DeadlineAfter(absl::Duration timeout) {
+  return absl::ToChronoTime(absl::Now() + timeout);
+}
+
+TransferConfig FromProto(const v1::TransferConfig& proto) {
+  return TransferConfig{.kind = proto.kind(),
+                        .fork_tokens = proto.fork_tokens(),
+                        .readable_midstep = proto.readable_midstep()};
+}
+
+absl::StatusOr<OperationResult> FromProto(const v1::OperationResult& proto) {
+  if (proto.code() != 0) return FromWireCode(proto.code(), proto.message());
+  switch (proto.result_case()) {
+    case v1::OperationResult::kBeginPass: {
+      BeginPassResult result;
+      result.pins_released = proto.begin_pass().pins_released();
+      for (const v1::SlotMove& move : proto.begin_pass().moves()) {
+        result.moves.push_back(SlotMove{.request_id = move.request_id(),
+                                        .index = move.index(),
+                                        .from_slot = move.from_slot(),
+                                        .to_slot = move.to_slot()});
+      }
+      return result;
+    }
+    case v1::OperationResult::kAdmit: {
+      const v1::AdmitResult& admit = proto.admit();
+      return AdmitResult{.slots = std::vector<int64_t>(admit.slots().begin(),
+                                                       admit.slots().end()),
+                         .fork_src = admit.fork_src(),
+                         .blocks_resumed = admit.blocks_resumed(),
+                         .adopted = admit.adopted()};
+    }
+    case v1::OperationResult::kResumableHit:
+      return ResumableHitResult{.blocks = proto.resumable_hit().blocks()};
+    case v1::OperationResult::kLookup:
+      return LookupResult{.slot = proto.lookup().slot()};
+    case v1::OperationResult::kReserve: {
+      ReserveResult result;
+      for (const v1::Reservation& r : proto.reserve().reservations()) {
+        result.reservations.push_back(MidstepReservation{
+            .slot = r.slot(), .position = r.position(), .hash = r.hash()});
+      }
+      return result;
+    }
+    case v1::OperationResult::kPublish:
+      return PublishResult{.published = proto.publish().published()};
+    case v1::OperationResult::kCancel:
+      return CancelResult{.cancelled = proto.cancel().cancelled()};
+    case v1::OperationResult::kCheckpoint:
+      return ForkCheckpointResult{.state_slot = proto.checkpoint().state_slot(),
+                                  .fork_src = proto.checkpoint().fork_src(),
+                                  .kept = proto.checkpoint().kept()};
+    case v1::OperationResult::kConsumeFork:
+      return ConsumeForkResult{.fork_src = proto.consume_fork().fork_src()};
+    case v1::OperationResult::kAdoptForkSource:
+      return AdoptForkSourceResult{.state_slot =
+                                       proto.adopt_fork_source().state_slot()};
+    case v1::OperationResult::kRelease:
+      return ReleaseResult{.slots_released = proto.release().slots_released()};
+    case v1::OperationResult::kUnindex:
+      return UnindexResult{.orphaned = proto.unindex().orphaned()};
+    case v1::OperationResult::kClearIndex:
+      return ClearIndexResult{};
+    case v1::OperationResult::RESULT_NOT_SET:
+      break;
+  }
+  return absl::InternalError("the daemon returned an OK result with no value");
+}
+
+absl::StatusOr<StepResults> FromProto(const v1::StepResponse& response,
+                                      size_t expected_results) {
+  if (static_cast<size_t>(response.results_size()) != expected_results) {
+    return absl::InternalError(
+        absl::StrCat("the daemon returned ", response.results_size(),
+                     " results for ", expected_results, " operations"));
+  }
+  StepResults results;
+  results.epoch = response.epoch();
+  results.results.reserve(expected_results);
+  for (const v1::OperationResult& result : response.results()) {
+    results.results.push_back(FromProto(result));
+  }
+  return results;
+}
+
+}  // namespace
+
+// =============================================================== StepBuilder
+
+struct StepBuilder::Rep {
+  // Everything but the session id, which Client fills in.
+  v1::StepRequest request;
+};
+
+StepBuilder::StepBuilder() : rep_(std::make_unique<Rep>()) {}
+StepBuilder::~StepBuilder() = default;
+StepBuilder::StepBuilder(StepBuilder&&) noexcept = default;
+StepBuilder& StepBuilder::operator=(StepBuilder&&) noexcept = default;
+
+size_t StepBuilder::size() const {
+  return static_cast<size_t>(rep_->request.operations_size());
+}
+
+void StepBuilder::Clear() { rep_->request.Clear(); }
+
+StepBuilder& StepBuilder::BeginPass() {
+  rep_->request.add_operations()->mutable_begin_pass();
+  return *this;
+}
+
+StepBuilder& StepBuilder::Admit(std::string_view request_id, int32_t width,
+                                int64_t num_tokens, int64_t anchor_pos,
+                                absl::Span<const int64_t> block_hashes,
+                                int32_t kv_hit_blocks) {
+  v1::Admit* admit = rep_->request.add_operations()->mutable_admit();
+  admit->set_request_id(std::string(request_id));
+  admit->set_width(width);
+  admit->set_num_tokens(num_tokens);
+  admit->set_anchor_pos(anchor_pos);
+  admit->mutable_block_hashes()->Add(block_hashes.begin(), block_hashes.end());
+  admit->set_kv_hit_blocks(kv_hit_blocks);
+  return *this;
+}
+
+StepBuilder& StepBuilder::ResumableHit(int64_t num_tokens,
+                                       absl::Span<const int64_t> block_hashes,
+                                       int32_t kv_hit_blocks,
+                                       bool assume_checkpointed) {
+  v1::ResumableHit* hit =
+      rep_->request.add_operations()->mutable_resumable_hit();
+  hit->set_num_tokens(num_tokens);
+  hit->mutable_block_hashes()->Add(block_hashes.begin(), block_hashes.end());
+  hit->set_kv_hit_blocks(kv_hit_blocks);
+  hit->set_assume_checkpointed(assume_checkpointed);
+  return *this;
+}
+
+StepBuilder& StepBuilder::Lookup(int64_t hash) {
+  rep_->request.add_operations()->mutable_lookup()->set_hash(hash);
+  return *this;
+}
+
+StepBuilder& StepBuilder::Reserve(std::string_view request_id,
+                                  absl::Span<const MidstepPosition> positions) {
+  v1::Reserve* reserve = rep_->request.add_operations()->mutable_reserve();
+  reserve->set_request_id(std::string(request_id));
+  for (const MidstepPosition& position : positions) {
+    v1::MidstepPosition* proto = reserve->add_positions();
+    proto->set_position(position.position);
+    proto->set_hash(position.hash);
+  }
+  return *this;
+}
+
+StepBuilder& StepBuilder::Publish(std::string_view request_id, bool keep_all) {
+  v1::Publish* publish = rep_->request.add_operations()->mutable_publish();
+  publish->set_request_id(std::string(request_id));
+  publish->set_keep_all(keep_all);
+  return *this;
+}
+
+StepBuilder& StepBuilder::Cancel(std::string_view request_id) {
+  rep_->request.add_operations()->mutable_cancel()->set_request_id(
+      std::string(request_id));
+  return *this;
+}
+
+StepBuilder& StepBuilder::Checkpoint(std::string_view request_id,
+                                     int64_t boundary_blocks, int64_t hash,
+                                     int64_t anchor_pos) {
+  v1::Checkpoint* checkpoint =
+      rep_->request.add_operations()->mutable_checkpoint();
+  checkpoint->set_request_id(std::string(request_id));
+  checkpoint->set_boundary_blocks(boundary_blocks);
+  checkpoint->set_hash(hash);
+  checkpoint->set_anchor_pos(anchor_pos);
+  return *this;
+}
+
+StepBuilder& StepBuilder::ConsumeFork(std::string_view request_id) {
+  rep_->request.add_operations()->mutable_consume_fork()->set_request_id(
+      std::string(request_id));
+  return *this;
+}
+
+StepBuilder& StepBuilder::AdoptForkSource(std::string_view request_id) {
+  rep_->request.add_operations()->mutable_adopt_fork_source()->set_request_id(
+      std::string(request_id));
+  return *this;
+}
+
+StepBuilder& StepBuilder::Release(std::string_view request_id) {
+  rep_->request.add_operations()->mutable_release()->set_request_id(
+      std::string(request_id));
+  return *this;
+}
+
+StepBuilder& StepBuilder::Unindex(absl::Span<const int64_t> hashes) {
+  rep_->request.add_operations()->mutable_unindex()->mutable_hashes()->Add(
+      hashes.begin(), hashes.end());
+  return *this;
+}
+
+StepBuilder& StepBuilder::ClearIndex() {
+  rep_->request.add_operations()->mutable_clear_index();
+  return *this;
+}
+
+// =============================================================== Client
+
+struct Client::Impl {
+  using StepStreamRpc =
+      grpc::ClientReaderWriter<v1::StepRequest, v1::StepResponse>;
+
+  Impl(std::string address_in, ClientOptions options_in,
+       std::shared_ptr<grpc::Channel> channel_in)
+      : address(std::move(address_in)),
+        options(options_in),
+        channel(std::move(channel_in)),
+        stub(v1::StateCache::NewStub(channel)),
+        admin(v1::StateCacheAdmin::NewStub(channel)) {}
+
+  ~Impl() {
+    {
+      absl::MutexLock lock(&mu);
+      stopping = true;
+      if (renewal_in_flight != nullptr) renewal_in_flight->TryCancel();
+    }
+    if (keepalive_thread.joinable()) keepalive_thread.join();
+    absl::MutexLock lock(&stream_mu);
+    // Cancel rather than half-close: destruction must not wait on a daemon
+    // that stopped answering.
+    if (stream != nullptr) {
+      stream_context->TryCancel();
+      stream->Finish().IgnoreError();
+    }
+  }
+
+  // A context with the per-call deadline.
+  void SetDeadline(grpc::ClientContext& context,
+                   absl::Duration extra = absl::ZeroDuration()) const {
+    context.set_deadline(DeadlineAfter(options.rpc_timeout + extra));
+  }
+
+  // The attached session's id and generation.
+  // Errors: FAILED_PRECONDITION when none is attached.
+  absl::StatusOr<std::pair<std::string, uint64_t>> CurrentSession() const
+      ABSL_LOCKS_EXCLUDED(mu) {
+    absl::MutexLock lock(&mu);
+    if (!session.has_value()) {
+      return absl::FailedPreconditionError("no session attached");
+    }
+    return std::make_pair(session->session_id, generation);
+  }
+
+  // The daemon heard from session `gen` just now (renewed its lease).
+  void NoteRenewed(uint64_t gen) ABSL_LOCKS_EXCLUDED(mu) {
+    absl::MutexLock lock(&mu);
+    if (gen != generation || lease_lost) return;
+    const absl::Time now = absl::Now();
+    last_renewed = now;
+    next_renewal = now + session->lease_ttl / 3;
+  }
+
+  // Call outcome `status` for session `gen`: NOT_FOUND means it is gone.
+  void NoteOutcome(uint64_t gen, const absl::Status& status)
+      ABSL_LOCKS_EXCLUDED(mu) {
+    if (status.ok()) {
+      NoteRenewed(gen);
+    } else if (absl::IsNotFound(status)) {
+      absl::MutexLock lock(&mu);
+      if (gen == generation) lease_lost = true;
+    }
+  }
+
+  // One renewal of session (`id`, `gen`); `context` may be cancelled by ~Impl.
+  absl::Status Renew(const std::string& id, uint64_t gen,
+                     grpc::ClientContext& context) {
+    v1::KeepAliveRequest request;
+    request.set_session_id(id);
+    v1::KeepAliveResponse response;
+    absl::Status status =
+        FromGrpcStatus(stub->KeepAlive(&context, request, &response));
+    NoteOutcome(gen, status);
+    return status;
+  }
+
+  // The background renewal: sleeps until the next renewal is due (or the
+  // session changes, or the client stops), renews, repeats.
+  void KeepAliveLoop() ABSL_LOCKS_EXCLUDED(mu) {
+    absl::MutexLock lock(&mu);
+    while (!stopping) {
+      if (!session.has_value() || lease_lost) {
+        mu.Await(absl::Condition(
+            +[](Impl* impl) ABSL_EXCLUSIVE_LOCKS_REQUIRED(impl->mu) {
+              return impl->stopping ||
+                     (impl->session.has_value() && !impl->lease_lost);
+            },
+            this));
+        continue;
+      }
+      const uint64_t gen = generation;
+      const absl::Time due = next_renewal;
+      if (absl::Now() < due) {
+        watched_generation = gen;
+        mu.AwaitWithDeadline(
+            absl::Condition(
+                +[](Impl* impl) ABSL_EXCLUSIVE_LOCKS_REQUIRED(impl->mu) {
+                  return impl->stopping ||
+                         impl->generation != impl->watched_generation;
+                },
+                this),
+            due);
+        continue;
+      }
+      const std::string id = session->session_id;
+      const absl::Duration ttl = session->lease_ttl;
+      grpc::ClientContext context;
+      context.set_deadline(
+          DeadlineAfter(std::min(options.rpc_timeout, ttl / 3)));
+      renewal_in_flight = &context;
+      absl::Status status;
+      {
+        mu.Unlock();
+        status = Renew(id, gen, context);
+        mu.Lock();
+      }
+      renewal_in_flight = nullptr;
+      if (gen != generation || lease_lost || status.ok()) continue;
+      // Transient failure (daemon busy or restarting): retry soon, and give
+      // up once the daemon must have expired the lease anyway.
+      const absl::Time now = absl::Now();
+      if (now - last_renewed >= ttl) {
+        lease_lost = true;
+      } else {
+        next_renewal = now + std::max(ttl / 10, absl::Milliseconds(10));
+      }
+    }
+  }
+
+  absl::StatusOr<StepResults> StepStreamed(const StepBuilder& step)
+      ABSL_LOCKS_EXCLUDED(stream_mu, mu) {
+    absl::MutexLock stream_lock(&stream_mu);
+    auto current = CurrentSession();
+    if (!current.ok()) return current.status();
+    auto& [id, gen] = *current;
+    // The daemon binds a stream to the session of its first message.
+    if (stream != nullptr && stream_session != id) CloseStream();
+    if (stream == nullptr) {
+      stream_context = std::make_unique<grpc::ClientContext>();
+      stream = stub->StepStream(stream_context.get());
+      stream_session = id;
+    }
+    v1::StepRequest request = step.rep_->request;
+    request.set_session_id(id);
+    v1::StepResponse response;
+    if (!stream->Write(request) || !stream->Read(&response)) {
+      absl::Status status = FromGrpcStatus(stream->Finish());
+      stream.reset();
+      stream_context.reset();
+      if (status.ok()) {
+        status = absl::UnavailableError("StepStream closed by the daemon");
+      }
+      return status;
+    }
+    if (response.error_code() != 0) {
+      absl::Status status =
+          FromWireCode(response.error_code(), response.error_message());
+      NoteOutcome(gen, status);
+      return status;
+    }
+    NoteRenewed(gen);
+    return FromProto(response, step.size());
+  }
+
+  // Half-closes the stream and collects its status.
+  void CloseStream() ABSL_EXCLUSIVE_LOCKS_REQUIRED(stream_mu) {
+    stream->WritesDone();
+    stream->Finish().IgnoreError();
+    stream.reset();
+    stream_context.reset();
+  }
+
+  const std::string address;
+  const ClientOptions options;
+  const std::shared_ptr<grpc::Channel> channel;
+  const std::unique_ptr<v1::StateCache::Stub> stub;
+  const std::unique_ptr<v1::StateCacheAdmin::Stub> admin;
+
+  mutable absl::Mutex mu;
+  std::optional<SessionInfo> session ABSL_GUARDED_BY(mu);
+  // Bumped by every Attach and Detach, so late outcomes for an old session
+  // are ignored.
+  uint64_t generation ABSL_GUARDED_BY(mu) = 0;
+  uint64_t watched_generation ABSL_GUARDED_BY(mu) = 0;
+  bool attaching ABSL_GUARDED_BY(mu) = false;
+  bool lease_lost ABSL_GUARDED_BY(mu) = false;
+  absl::Time last_renewed ABSL_GUARDED_BY(mu);
+  absl::Time next_renewal ABSL_GUARDED_BY(mu);
+  bool stopping ABSL_GUARDED_BY(mu) = false;
+  grpc::ClientContext* renewal_in_flight ABSL_GUARDED_BY(mu) = nullptr;
+  // Started (under mu) by the first Attach; joined by ~Impl.
+  std::thread keepalive_thread;
+
+  // Held across a whole streamed round trip; taken before `mu`.
+  absl::Mutex stream_mu ABSL_ACQUIRED_BEFORE(mu);
+  std::unique_ptr<grpc::ClientContext> stream_context
+      ABSL_GUARDED_BY(stream_mu);
+  std::unique_ptr<StepStreamRpc> stream ABSL_GUARDED_BY(stream_mu);
+  std::string stream_session ABSL_GUARDED_BY(stream_mu);
+};
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(std::string address,
+                                                        ClientOptions options) {
+  grpc::ChannelArguments args;
+  const int max_message_bytes = static_cast<int>(
+      std::clamp<int64_t>(options.max_message_bytes, 1024, INT32_MAX));
+  args.SetMaxReceiveMessageSize(max_message_bytes);
+  args.SetMaxSendMessageSize(max_message_bytes);
+  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
+      address, grpc::InsecureChannelCredentials(), args);
+  if (!channel->WaitForConnected(DeadlineAfter(options.connect_timeout))) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot connect to statecached at ", address, " within ",
+                     absl::FormatDuration(options.connect_timeout)));
+  }
+  return std::unique_ptr<Client>(new Client(
+      std::make_unique<Impl>(std::move(address), options, std::move(channel))));
+}
+
+Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Client::~Client() = default;
+
+const std::string& Client::address() const { return impl_->address; }
+
+absl::StatusOr<SessionInfo> Client::Attach(const ModelIdentity& identity,
+                                           std::string_view client_name) {
+  Impl& impl = *impl_;
+  {
+    absl::MutexLock lock(&impl.mu);
+    if (impl.attaching) {
+      return absl::FailedPreconditionError("another Attach is in progress");
+    }
+    if (impl.session.has_value() && !impl.lease_lost) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "session ", impl.session->session_id, " is attached; Detach first"));
+    }
+    impl.attaching = true;
+  }
+  v1::AttachRequest request;
+  request.mutable_identity()->set_model_id(identity.model_id);
+  request.mutable_identity()->set_hash_block_size(identity.hash_block_size);
+  request.mutable_identity()->set_hash_namespace(identity.hash_namespace);
+  request.mutable_identity()->set_num_spec(identity.num_spec);
+  request.set_client_name(std::string(client_name));
+  v1::AttachResponse response;
+  grpc::ClientContext context;
+  impl.SetDeadline(context);
+  absl::Status status =
+      FromGrpcStatus(impl.stub->Attach(&context, request, &response));
+
+  absl::MutexLock lock(&impl.mu);
+  impl.attaching = false;
+  if (!status.ok()) return status;
+  SessionInfo info{
+      .session_id = response.session_id(),
+      .epoch = response.epoch(),
+      .lease_ttl = absl::Milliseconds(response.lease_ttl_ms()),
+      .num_slots = response.num_slots(),
+      .transfer = FromProto(response.transfer()),
+      .max_operations_per_step = response.max_operations_per_step()};
+  impl.session = info;
+  ++impl.generation;
+  impl.lease_lost = false;
+  impl.last_renewed = absl::Now();
+  impl.next_renewal = impl.last_renewed + info.lease_ttl / 3;
+  if (impl.options.keepalive && !impl.keepalive_thread.joinable()) {
+    impl.keepalive_thread = std::thread([&impl] { impl.KeepAliveLoop(); });
+  }
+  return info;
+}
+
+absl::StatusOr<int32_t> Client::Detach() {
+  Impl& impl = *impl_;
+  v1::DetachRequest request;
+  {
+    absl::MutexLock lock(&impl.mu);
+    if (!impl.session.has_value()) {
+      return absl::FailedPreconditionError("no session attached");
+    }
+    request.set_session_id(impl.session->session_id);
+    impl.session.reset();
+    impl.lease_lost = false;
+    ++impl.generation;
+  }
+  v1::DetachResponse response;
+  grpc::ClientContext context;
+  impl.SetDeadline(context);
+  absl::Status status =
+      FromGrpcStatus(impl.stub->Detach(&context, request, &response));
+  if (!status.ok()) return status;
+  return response.requests_released();
+}
+
+absl::Status Client::KeepAlive() {
+  auto current = impl_->CurrentSession();
+  if (!current.ok()) return current.status();
+  grpc::ClientContext context;
+  impl_->SetDeadline(context);
+  return impl_->Renew(current->first, current->second, context);
+}
+
+std::optional<SessionInfo> Client::session() const {
+  absl::MutexLock lock(&impl_->mu);
+  return impl_->session;
+}
+
+bool Client::lease_lost() const {
+  absl::MutexLock lock(&impl_->mu);
+  return impl_->session.has_value() && impl_->lease_lost;
+}
+
+absl::StatusOr<StepResults> Client::Step(const StepBuilder& step) {
+  auto current = impl_->CurrentSession();
+  if (!current.ok()) return current.status();
+  const auto& [id, gen] = *current;
+  v1::StepRequest request = step.rep_->request;
+  request.set_session_id(id);
+  v1::StepResponse response;
+  grpc::ClientContext context;
+  impl_->SetDeadline(context);
+  absl::Status status =
+      FromGrpcStatus(impl_->stub->Step(&context, request, &response));
+  impl_->NoteOutcome(gen, status);
+  if (!status.ok()) return status;
+  return FromProto(response, step.size());
+}
+
+absl::StatusOr<StepResults> Client::StepStreamed(const StepBuilder& step) {
+  return impl_->StepStreamed(step);
+}
+
+absl::Status Client::Ping() {
+  grpc::ClientContext context;
+  impl_->SetDeadline(context);
+  v1::PingResponse response;
+  return FromGrpcStatus(
+      impl_->stub->Ping(&context, v1::PingRequest(), &response));
+}
+
+absl::StatusOr<DaemonStats> Client::GetStats() {
+  grpc::ClientContext context;
+  impl_->SetDeadline(context);
+  v1::GetStatsResponse r;
+  absl::Status status = FromGrpcStatus(
+      impl_->admin->GetStats(&context, v1::GetStatsRequest(), &r));
+  if (!status.ok()) return status;
+  return DaemonStats{
+      .epoch = r.epoch(),
+      .uptime = absl::Seconds(r.uptime_seconds()),
+      .checkpoints_kept = r.checkpoints_kept(),
+      .checkpoints_dropped = r.checkpoints_dropped(),
+      .checkpoints_evicted = r.checkpoints_evicted(),
+      .checkpoints_orphaned = r.checkpoints_orphaned(),
+      .slots_total = r.slots_total(),
+      .slots_used = r.slots_used(),
+      .slots_held = r.slots_held(),
+      .slots_vacant = r.slots_vacant(),
+      .sessions = r.sessions(),
+      .requests = r.requests(),
+      .transfer = FromProto(r.transfer()),
+      .identity =
+          ModelIdentity{.model_id = r.identity().model_id(),
+                        .hash_block_size = r.identity().hash_block_size(),
+                        .hash_namespace = r.identity().hash_namespace(),
+                        .num_spec = r.identity().num_spec()},
+      .indexed_hashes = r.indexed_hashes(),
+      .resumes_fork = r.resumes_fork(),
+      .resumes_adopt = r.resumes_adopt(),
+      .resumes_miss = r.resumes_miss(),
+      .lease_expiries = r.lease_expiries(),
+      .sessions_evicted = r.sessions_evicted()};
+}
+
+absl::StatusOr<std::vector<SessionSummary>> Client::ListSessions() {
+  grpc::ClientContext context;
+  impl_->SetDeadline(context);
+  v1::ListSessionsResponse response;
+  absl::Status status = FromGrpcStatus(impl_->admin->ListSessions(
+      &context, v1::ListSessionsRequest(), &response));
+  if (!status.ok()) return status;
+  std::vector<SessionSummary> sessions;
+  sessions.reserve(response.sessions_size());
+  for (const v1::SessionInfo& s : response.sessions()) {
+    sessions.push_back(SessionSummary{
+        .session_id = s.session_id(),
+        .client_name = s.client_name(),
+        .requests = s.requests(),
+        .slots = s.slots(),
+        .pins = s.pins(),
+        .attached = absl::Seconds(s.attached_seconds()),
+        .idle = absl::Seconds(s.idle_seconds()),
+        .lease_remaining = absl::Milliseconds(s.lease_remaining_ms())});
+  }
+  return sessions;
+}
+
+absl::StatusOr<ResizeResult> Client::Resize(int64_t target_slots,
+                                            absl::Duration deadline) {
+  v1::ResizeRequest request;
+  request.set_target_slots(target_slots);
+  request.set_deadline_ms(absl::ToInt64Milliseconds(deadline));
+  grpc::ClientContext context;
+  // The daemon answers by its own deadline; allow the usual slack on top.
+  impl_->SetDeadline(context, deadline);
+  v1::ResizeResponse response;
+  absl::Status status =
+      FromGrpcStatus(impl_->admin->Resize(&context, request, &response));
+  if (!status.ok()) return status;
+  return ResizeResult{.num_slots = response.num_slots(),
+                      .relocated = response.relocated(),
+                      .evicted = response.evicted()};
+}
+
+absl::StatusOr<int32_t> Client::EvictSession(std::string_view session_id) {
+  v1::EvictSessionRequest request;
+  request.set_session_id(std::string(session_id));
+  grpc::ClientContext context;
+  impl_->SetDeadline(context);
+  v1::EvictSessionResponse response;
+  absl::Status status =
+      FromGrpcStatus(impl_->admin->EvictSession(&context, request, &response));
+  if (!status.ok()) return status;
+  return response.requests_released();
+}
+
+}  // namespace statecache

@@ -1,0 +1,357 @@
+// statecache::Client: the C++ client of statecached.
+//
+// A scheduler connects, attaches a session with its model's identity, and
+// then runs one Step per scheduler pass: an ordered list of operations built
+// with StepBuilder, answered with one result per operation. An operator tool
+// uses the admin calls (GetStats, ListSessions, Resize, EvictSession).
+//
+//   auto client = statecache::Client::Connect(statecache::DefaultAddress());
+//   if (!client.ok()) ...;
+//   auto session = (*client)->Attach({.model_id = "m", .hash_block_size = 64},
+//                                    "my-scheduler");
+//   statecache::StepBuilder step;
+//   step.BeginPass().Admit("req-1", /*width=*/1, /*num_tokens=*/300,
+//                          /*anchor_pos=*/300, hashes, /*kv_hit_blocks=*/0);
+//   auto results = (*client)->Step(step);
+//   auto admit = results->Get<statecache::AdmitResult>(1);  // op 1: Admit
+//
+// The protocol, every operation's arguments and every error code are
+// documented in proto/statecache/v1/statecache.proto; this header mirrors it
+// with plain C++ types (no gRPC or protobuf types appear here).
+//
+// Errors: every call returns the daemon's status as an absl::Status with the
+// same code (UNAVAILABLE when the daemon cannot be reached, DEADLINE_EXCEEDED
+// when it did not answer within ClientOptions::rpc_timeout). Session calls
+// made while no session is attached return FAILED_PRECONDITION.
+//
+// Leases: after Attach a background thread renews the session's lease every
+// lease_ttl / 3 (Steps renew it too). If the daemon says the session is gone
+// (NOT_FOUND: it expired, was evicted, or the daemon restarted), or no
+// renewal has succeeded for a whole lease_ttl, lease_lost() turns true and
+// renewal stops: the session's requests have been released by the daemon,
+// and the scheduler must Attach again and re-admit. The destructor stops the
+// thread but does not detach (call Detach for a clean goodbye).
+//
+// Thread safety: Client is thread-safe. StepStreamed calls are serialized
+// (one stream, one message in flight). StepBuilder and StepResults are plain
+// values (thread-compatible).
+#ifndef STATECACHE_CLIENT_STATECACHE_CLIENT_H_
+#define STATECACHE_CLIENT_STATECACHE_CLIENT_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "client/default_address.h"
+
+namespace statecache {
+
+struct ClientOptions {
+  // Deadline of each call (Resize gets its own deadline on top of this).
+  absl::Duration rpc_timeout = absl::Seconds(5);
+  // How long Connect waits for the daemon to accept a connection.
+  absl::Duration connect_timeout = absl::Seconds(5);
+  // Renew the lease in the background after Attach.
+  bool keepalive = true;
+  // Largest message sent or received; match the daemon's --max_message_bytes.
+  int64_t max_message_bytes = int64_t{16} << 20;
+};
+
+// The model's identity; every field must equal the daemon's configuration.
+// (Every member has an initializer so designated initializers may omit any
+// without -Wmissing-field-initializers.)
+struct ModelIdentity {
+  std::string model_id = {};
+  int64_t hash_block_size = 0;
+  std::string hash_namespace = {};
+  int32_t num_spec = 0;
+};
+
+// How the daemon's backend carries state across a checkpoint.
+struct TransferConfig {
+  std::string kind;  // "none", "fork" or "replay"
+  int64_t fork_tokens = 0;
+  bool readable_midstep = false;
+};
+
+// What Attach returns.
+struct SessionInfo {
+  std::string session_id;
+  // Changes on every daemon start.
+  uint64_t epoch = 0;
+  absl::Duration lease_ttl;
+  int64_t num_slots = 0;
+  TransferConfig transfer;
+  int32_t max_operations_per_step = 0;
+};
+
+// ----------------------------------------------------------- step results
+// One struct per Step operation, field for field as in the proto.
+
+struct SlotMove {
+  std::string request_id;
+  int32_t index = 0;  // into the request's slots; 0 = committed
+  int64_t from_slot = -1;
+  int64_t to_slot = -1;
+};
+struct BeginPassResult {
+  std::vector<SlotMove> moves;
+  int32_t pins_released = 0;
+};
+struct AdmitResult {
+  std::vector<int64_t> slots;  // [0] committed, [1..] rollback
+  int64_t fork_src = -1;
+  int32_t blocks_resumed = 0;
+  bool adopted = false;
+};
+struct ResumableHitResult {
+  int32_t blocks = 0;
+};
+struct LookupResult {
+  int64_t slot = -1;
+};
+// A position a forward will pass, to be snapshotted (Reserve's argument).
+struct MidstepPosition {
+  int64_t position = 0;
+  int64_t hash = 0;
+};
+struct MidstepReservation {
+  int64_t slot = -1;
+  int64_t position = 0;
+  int64_t hash = 0;
+};
+struct ReserveResult {
+  std::vector<MidstepReservation> reservations;
+};
+struct PublishResult {
+  int32_t published = 0;
+};
+struct CancelResult {
+  int32_t cancelled = 0;
+};
+// The result of the `checkpoint` operation (a fork checkpoint).
+struct ForkCheckpointResult {
+  int64_t state_slot = -1;
+  int64_t fork_src = -1;
+  bool kept = false;
+};
+struct ConsumeForkResult {
+  int64_t fork_src = -1;
+};
+struct AdoptForkSourceResult {
+  int64_t state_slot = -1;
+};
+struct ReleaseResult {
+  int32_t slots_released = 0;
+};
+struct UnindexResult {
+  int32_t orphaned = 0;
+};
+struct ClearIndexResult {};
+
+using OperationResult =
+    std::variant<BeginPassResult, AdmitResult, ResumableHitResult, LookupResult,
+                 ReserveResult, PublishResult, CancelResult,
+                 ForkCheckpointResult, ConsumeForkResult, AdoptForkSourceResult,
+                 ReleaseResult, UnindexResult, ClearIndexResult>;
+
+// The outcome of one Step: one entry per operation, in the order they were
+// added to the StepBuilder. A refused operation's entry is its status (it had
+// no effect); later operations still ran.
+struct StepResults {
+  uint64_t epoch = 0;
+  std::vector<absl::StatusOr<OperationResult>> results;
+
+  // The result of operation `index` as a T: the operation's own status if it
+  // was refused; OUT_OF_RANGE for a bad index; INVALID_ARGUMENT if operation
+  // `index` is not the kind whose result is T.
+  template <typename T>
+  absl::StatusOr<T> Get(size_t index) const {
+    if (index >= results.size()) {
+      return absl::OutOfRangeError(
+          absl::StrCat("operation ", index, " of a step of ", results.size()));
+    }
+    const absl::StatusOr<OperationResult>& result = results[index];
+    if (!result.ok()) return result.status();
+    if (const T* typed = std::get_if<T>(&*result)) return *typed;
+    return absl::InvalidArgumentError(
+        absl::StrCat("operation ", index, " has another result type"));
+  }
+};
+
+// ----------------------------------------------------------- StepBuilder
+
+// The ordered operations of one Step. Each method appends one operation and
+// returns *this; the operation's result is at index size() - 1 in
+// StepResults. Arguments are described in statecache.proto.
+//
+// Thread-compatible. Reusable: Clear() keeps the allocations. A moved-from
+// StepBuilder may only be destroyed or assigned to.
+class StepBuilder {
+ public:
+  StepBuilder();
+  ~StepBuilder();
+  StepBuilder(StepBuilder&&) noexcept;
+  StepBuilder& operator=(StepBuilder&&) noexcept;
+  StepBuilder(const StepBuilder&) = delete;
+  StepBuilder& operator=(const StepBuilder&) = delete;
+
+  StepBuilder& BeginPass();
+  StepBuilder& Admit(std::string_view request_id, int32_t width,
+                     int64_t num_tokens, int64_t anchor_pos,
+                     absl::Span<const int64_t> block_hashes,
+                     int32_t kv_hit_blocks);
+  StepBuilder& ResumableHit(int64_t num_tokens,
+                            absl::Span<const int64_t> block_hashes,
+                            int32_t kv_hit_blocks,
+                            bool assume_checkpointed = false);
+  StepBuilder& Lookup(int64_t hash);
+  StepBuilder& Reserve(std::string_view request_id,
+                       absl::Span<const MidstepPosition> positions);
+  StepBuilder& Publish(std::string_view request_id, bool keep_all = false);
+  StepBuilder& Cancel(std::string_view request_id);
+  StepBuilder& Checkpoint(std::string_view request_id, int64_t boundary_blocks,
+                          int64_t hash, int64_t anchor_pos = 0);
+  StepBuilder& ConsumeFork(std::string_view request_id);
+  StepBuilder& AdoptForkSource(std::string_view request_id);
+  StepBuilder& Release(std::string_view request_id);
+  StepBuilder& Unindex(absl::Span<const int64_t> hashes);
+  StepBuilder& ClearIndex();
+
+  // Operations added so far.
+  size_t size() const;
+  bool empty() const { return size() == 0; }
+  void Clear();
+
+ private:
+  friend class Client;
+  struct Rep;
+  std::unique_ptr<Rep> rep_;
+};
+
+// ----------------------------------------------------------- admin results
+
+struct DaemonStats {
+  uint64_t epoch = 0;
+  absl::Duration uptime;
+  // Checkpoint fates (cumulative): see GetStatsResponse in the proto.
+  int64_t checkpoints_kept = 0;
+  int64_t checkpoints_dropped = 0;
+  int64_t checkpoints_evicted = 0;
+  int64_t checkpoints_orphaned = 0;
+  // Occupancy (instantaneous).
+  int64_t slots_total = 0;
+  int64_t slots_used = 0;
+  int64_t slots_held = 0;
+  int64_t slots_vacant = 0;
+  int32_t sessions = 0;
+  int64_t requests = 0;
+  TransferConfig transfer;
+  ModelIdentity identity;
+  int64_t indexed_hashes = 0;
+  int64_t resumes_fork = 0;
+  int64_t resumes_adopt = 0;
+  int64_t resumes_miss = 0;
+  int64_t lease_expiries = 0;
+  int64_t sessions_evicted = 0;
+};
+
+// One attached session, as ListSessions reports it.
+struct SessionSummary {
+  std::string session_id;
+  std::string client_name;
+  int64_t requests = 0;
+  int64_t slots = 0;
+  int64_t pins = 0;
+  absl::Duration attached;
+  absl::Duration idle;
+  absl::Duration lease_remaining;
+};
+
+struct ResizeResult {
+  int64_t num_slots = 0;
+  int64_t relocated = 0;
+  int64_t evicted = 0;
+};
+
+// ----------------------------------------------------------- Client
+
+class Client {
+ public:
+  // Opens a channel to `address` (gRPC syntax: "unix:/path" or "host:port")
+  // and waits up to options.connect_timeout for the daemon to accept it.
+  // Errors: UNAVAILABLE when it does not.
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(
+      std::string address, ClientOptions options = {});
+  // Stops the keepalive thread and closes the step stream. Does not detach.
+  ~Client();
+
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  const std::string& address() const;
+
+  // ----------------------------------------------------------- session
+
+  // Opens a session and starts renewing its lease.
+  // REQUIRES: no session attached, or its lease lost.
+  // Errors: FAILED_PRECONDITION (a session is attached; or the daemon's
+  // identity differs, the message names the field), INVALID_ARGUMENT
+  // (client_name over 256 bytes), UNAVAILABLE (daemon draining).
+  absl::StatusOr<SessionInfo> Attach(const ModelIdentity& identity,
+                                     std::string_view client_name);
+  // Closes the session (releasing its requests) and stops renewing.
+  // Returns the number of requests released. The session is forgotten even
+  // when the call fails. Errors: NOT_FOUND (already expired).
+  absl::StatusOr<int32_t> Detach();
+  // Renews the lease now (the background thread does this on its own).
+  absl::Status KeepAlive();
+  // The attached session, if any (also after its lease was lost).
+  std::optional<SessionInfo> session() const;
+  // True once the daemon dropped the session or renewal failed for a whole
+  // lease; Attach again.
+  bool lease_lost() const;
+
+  // Runs one step as a unary call. REQUIRES: attached.
+  // Errors (whole step refused): NOT_FOUND (session gone: lease_lost() turns
+  // true), INVALID_ARGUMENT (too many operations, empty step).
+  absl::StatusOr<StepResults> Step(const StepBuilder& step);
+  // The same over one long-lived StepStream (opened on first use, reopened
+  // after a failure or a new session): the lowest-latency path.
+  absl::StatusOr<StepResults> StepStreamed(const StepBuilder& step);
+
+  // Round trip that does nothing.
+  absl::Status Ping();
+
+  // ----------------------------------------------------------- operator
+
+  absl::StatusOr<DaemonStats> GetStats();
+  absl::StatusOr<std::vector<SessionSummary>> ListSessions();
+  // Grows or shrinks the pool; blocks until done or `deadline` passes.
+  // Errors: INVALID_ARGUMENT, ABORTED (another resize running),
+  // DEADLINE_EXCEEDED (the message says how far it got).
+  absl::StatusOr<ResizeResult> Resize(
+      int64_t target_slots, absl::Duration deadline = absl::Seconds(10));
+  // Ends a session as if its lease had lapsed; returns requests released.
+  // Errors: NOT_FOUND.
+  absl::StatusOr<int32_t> EvictSession(std::string_view session_id);
+
+ private:
+  struct Impl;
+  explicit Client(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace statecache
+
+#endif  // STATECACHE_CLIENT_STATECACHE_CLIENT_H_
