@@ -51,6 +51,7 @@
 #include "absl/time/time.h"
 #include "client/default_address.h"
 #include "daemon/core/state_transfer.h"
+#include "daemon/metrics/metrics.h"
 #include "daemon/service/grpc_service.h"
 #include "daemon/service/log.h"
 #include "daemon/service/session_event_log.h"
@@ -97,6 +98,10 @@ ABSL_FLAG(int, ready_fd, -1,
           "If >= 0, write \"ready\\n\" to this fd once serving, then close "
           "it.");
 ABSL_FLAG(int, v, 0, "Log verbosity: 0 = events, 1 = also one line per RPC.");
+ABSL_FLAG(std::string, metrics_address, "127.0.0.1:9400",
+          "host:port serving Prometheus metrics at /metrics (port 0 picks "
+          "one and logs it); empty disables. Loopback by default: the "
+          "metrics carry no secrets, but say how busy the GPU is.");
 
 namespace statecache {
 namespace {
@@ -358,8 +363,25 @@ int Serve() {
   }
   SessionEventLog events;
   (*cache)->AddObserver(&events);
-  StateCacheGrpcService scheduler_service(cache->get(), &events);
-  StateCacheAdminGrpcService admin_service(cache->get(), &events);
+  Metrics metrics(cache->get(),
+                  Metrics::Options{.version = STATECACHE_VERSION,
+                                   .backend = "host",
+                                   .start_time = absl::Now()});
+  const std::string metrics_address = absl::GetFlag(FLAGS_metrics_address);
+  if (!metrics_address.empty()) {
+    if (absl::Status st = metrics.Serve(metrics_address); !st.ok()) {
+      LOG_ERROR("%s", st.ToString());
+      return kExitServeError;
+    }
+    (*cache)->AddObserver(&metrics);
+    const std::vector<int> ports = metrics.ListeningPorts();
+    LOG_INFO("metrics on http://%s/metrics (port %d)", metrics_address,
+             ports.empty() ? 0 : ports[0]);
+  }
+  RpcObserver* rpc_observer = metrics_address.empty() ? nullptr : &metrics;
+  StateCacheGrpcService scheduler_service(cache->get(), &events, rpc_observer);
+  StateCacheAdminGrpcService admin_service(cache->get(), &events,
+                                           rpc_observer);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -29,11 +29,21 @@ void LogCall(std::string_view method, grpc::CallbackServerContext* context,
             absl::ToInt64Microseconds(absl::Now() - start));
 }
 
+void Observe(RpcObserver* observer, RpcMethod method,
+             const absl::Status& status, absl::Time start) {
+  if (observer == nullptr) return;
+  observer->OnRpc(method, status.code(),
+                  absl::ToDoubleSeconds(absl::Now() - start));
+}
+
 // Finishes a unary call with `status` from the core.
 grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context,
-                                      const absl::Status& status) {
+                                      const absl::Status& status,
+                                      RpcObserver* observer, RpcMethod method,
+                                      absl::Time start) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(ToGrpcStatus(status));
+  Observe(observer, method, status, start);
   return reactor;
 }
 
@@ -45,8 +55,8 @@ grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context,
 class StepStreamReactor final
     : public grpc::ServerBidiReactor<v1::StepRequest, v1::StepResponse> {
  public:
-  StepStreamReactor(StateCache* cache, std::string peer)
-      : cache_(cache), peer_(std::move(peer)) {
+  StepStreamReactor(StateCache* cache, RpcObserver* observer, std::string peer)
+      : cache_(cache), observer_(observer), peer_(std::move(peer)) {
     LOG_DEBUG("rpc StepStream peer=%s opened", peer_);
     StartRead(&request_);
   }
@@ -98,6 +108,7 @@ class StepStreamReactor final
       response_.set_error_message(std::string(status.message()));
     }
     response_.set_epoch(cache_->epoch());
+    Observe(observer_, RpcMethod::kStepStream, status, start);
     if (log::Verbosity() >= 1) {
       LOG_DEBUG("rpc StepStream peer=%s session=%s ops=%d -> %s (%dus)", peer_,
                 request_.session_id(), request_.operations_size(),
@@ -107,6 +118,7 @@ class StepStreamReactor final
   }
 
   StateCache* const cache_;
+  RpcObserver* const observer_;
   const std::string peer_;
   std::string session_id_;
   int64_t steps_ = 0;
@@ -126,8 +138,9 @@ class StepStreamReactor final
 class ResizeReactor final : public grpc::ServerUnaryReactor {
  public:
   ResizeReactor(grpc::CallbackServerContext* context,
-                v1::ResizeResponse* response)
-      : shared_(std::make_shared<Shared>()),
+                v1::ResizeResponse* response, RpcObserver* observer)
+      : observer_(observer),
+        shared_(std::make_shared<Shared>()),
         response_(response),
         peer_(context->peer()),
         start_(absl::Now()) {}
@@ -150,6 +163,7 @@ class ResizeReactor final : public grpc::ServerUnaryReactor {
           }
           if (!shared->TakeFinish()) return;  // cancelled first: `this` is gone
           *response_ = result;
+          Observe(observer_, RpcMethod::kResize, status, start);
           Finish(ToGrpcStatus(status));
         });
   }
@@ -177,6 +191,7 @@ class ResizeReactor final : public grpc::ServerUnaryReactor {
     bool finished ABSL_GUARDED_BY(mu) = false;
   };
 
+  RpcObserver* const observer_;
   const std::shared_ptr<Shared> shared_;
   v1::ResizeResponse* const response_;
   const std::string peer_;
@@ -188,8 +203,9 @@ class ResizeReactor final : public grpc::ServerUnaryReactor {
 // ================================================================ scheduler
 
 StateCacheGrpcService::StateCacheGrpcService(StateCache* cache,
-                                             SessionEventLog* events)
-    : cache_(cache), events_(events) {}
+                                             SessionEventLog* events,
+                                             RpcObserver* observer)
+    : cache_(cache), events_(events), observer_(observer) {}
 
 grpc::ServerUnaryReactor* StateCacheGrpcService::Attach(
     grpc::CallbackServerContext* context, const v1::AttachRequest* request,
@@ -205,7 +221,8 @@ grpc::ServerUnaryReactor* StateCacheGrpcService::Attach(
              status.ToString());
   }
   LogCall("Attach", context, start, status);
-  return FinishUnary(context, status);
+  return FinishUnary(context, status, observer_,
+                     RpcMethod::kAttach, start);
 }
 
 grpc::ServerUnaryReactor* StateCacheGrpcService::Detach(
@@ -219,7 +236,8 @@ grpc::ServerUnaryReactor* StateCacheGrpcService::Detach(
   }
   LogCall("Detach", context, start, status,
           absl::StrCat("session=", request->session_id()));
-  return FinishUnary(context, status);
+  return FinishUnary(context, status, observer_,
+                     RpcMethod::kDetach, start);
 }
 
 grpc::ServerUnaryReactor* StateCacheGrpcService::KeepAlive(
@@ -229,7 +247,8 @@ grpc::ServerUnaryReactor* StateCacheGrpcService::KeepAlive(
   absl::Status status = cache_->KeepAlive(*request, response);
   LogCall("KeepAlive", context, start, status,
           absl::StrCat("session=", request->session_id()));
-  return FinishUnary(context, status);
+  return FinishUnary(context, status, observer_,
+                     RpcMethod::kKeepAlive, start);
 }
 
 grpc::ServerUnaryReactor* StateCacheGrpcService::Step(
@@ -242,25 +261,29 @@ grpc::ServerUnaryReactor* StateCacheGrpcService::Step(
             absl::StrCat("session=", request->session_id(),
                          " ops=", request->operations_size()));
   }
-  return FinishUnary(context, status);
+  return FinishUnary(context, status, observer_,
+                     RpcMethod::kStep, start);
 }
 
 grpc::ServerBidiReactor<v1::StepRequest, v1::StepResponse>*
 StateCacheGrpcService::StepStream(grpc::CallbackServerContext* context) {
-  return new StepStreamReactor(cache_, context->peer());
+  return new StepStreamReactor(cache_, observer_, context->peer());
 }
 
 grpc::ServerUnaryReactor* StateCacheGrpcService::Ping(
     grpc::CallbackServerContext* context, const v1::PingRequest* request,
     v1::PingResponse* response) {
-  return FinishUnary(context, absl::OkStatus());
+  const absl::Time start = absl::Now();
+  return FinishUnary(context, absl::OkStatus(), observer_,
+                     RpcMethod::kPing, start);
 }
 
 // ================================================================ operator
 
 StateCacheAdminGrpcService::StateCacheAdminGrpcService(StateCache* cache,
-                                                       SessionEventLog* events)
-    : cache_(cache), events_(events) {}
+                                                       SessionEventLog* events,
+                                                       RpcObserver* observer)
+    : cache_(cache), events_(events), observer_(observer) {}
 
 grpc::ServerUnaryReactor* StateCacheAdminGrpcService::GetStats(
     grpc::CallbackServerContext* context, const v1::GetStatsRequest* request,
@@ -268,7 +291,8 @@ grpc::ServerUnaryReactor* StateCacheAdminGrpcService::GetStats(
   absl::Time start = absl::Now();
   cache_->GetStats(response);
   LogCall("GetStats", context, start, absl::OkStatus());
-  return FinishUnary(context, absl::OkStatus());
+  return FinishUnary(context, absl::OkStatus(), observer_,
+                     RpcMethod::kGetStats, start);
 }
 
 grpc::ServerUnaryReactor* StateCacheAdminGrpcService::ListSessions(
@@ -278,13 +302,14 @@ grpc::ServerUnaryReactor* StateCacheAdminGrpcService::ListSessions(
   absl::Time start = absl::Now();
   cache_->ListSessions(response);
   LogCall("ListSessions", context, start, absl::OkStatus());
-  return FinishUnary(context, absl::OkStatus());
+  return FinishUnary(context, absl::OkStatus(), observer_,
+                     RpcMethod::kListSessions, start);
 }
 
 grpc::ServerUnaryReactor* StateCacheAdminGrpcService::Resize(
     grpc::CallbackServerContext* context, const v1::ResizeRequest* request,
     v1::ResizeResponse* response) {
-  auto* reactor = new ResizeReactor(context, response);
+  auto* reactor = new ResizeReactor(context, response, observer_);
   reactor->Start(*cache_, *request);
   return reactor;
 }
@@ -302,7 +327,38 @@ grpc::ServerUnaryReactor* StateCacheAdminGrpcService::EvictSession(
   }
   LogCall("EvictSession", context, start, status,
           absl::StrCat("session=", request->session_id()));
-  return FinishUnary(context, status);
+  return FinishUnary(context, status, observer_,
+                     RpcMethod::kEvictSession, start);
+}
+
+grpc::ServerUnaryReactor* StateCacheAdminGrpcService::Drain(
+    grpc::CallbackServerContext* context, const v1::DrainRequest* request,
+    v1::DrainResponse* response) {
+  absl::Time start = absl::Now();
+  cache_->Drain(*request, response);
+  LOG_INFO("%s by %s: %d requests still admitted",
+           response->draining() ? "draining" : "admitting again",
+           context->peer(), response->requests());
+  return FinishUnary(context, absl::OkStatus(), observer_, RpcMethod::kDrain,
+                     start);
+}
+
+const char* RpcMethodName(RpcMethod method) {
+  switch (method) {
+    case RpcMethod::kAttach: return "Attach";
+    case RpcMethod::kDetach: return "Detach";
+    case RpcMethod::kKeepAlive: return "KeepAlive";
+    case RpcMethod::kStep: return "Step";
+    case RpcMethod::kStepStream: return "StepStream";
+    case RpcMethod::kPing: return "Ping";
+    case RpcMethod::kGetStats: return "GetStats";
+    case RpcMethod::kListSessions: return "ListSessions";
+    case RpcMethod::kResize: return "Resize";
+    case RpcMethod::kEvictSession: return "EvictSession";
+    case RpcMethod::kDrain: return "Drain";
+    case RpcMethod::kCount: break;
+  }
+  return "unknown";
 }
 
 }  // namespace statecache

@@ -24,6 +24,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "daemon/service/session_event_log.h"
+#include "daemon/service/rpc_observer.h"
 #include "daemon/service/state_cache.h"
 #include "proto/statecache/v1/statecache.grpc.pb.h"
 
@@ -31,9 +32,10 @@ namespace statecache {
 
 class StateCacheGrpcService final : public v1::StateCache::CallbackService {
  public:
-  // Neither is owned. REQUIRES: both outlive every call (shut the server down
-  // before destroying them).
-  StateCacheGrpcService(StateCache* cache, SessionEventLog* events);
+  // None is owned; `observer` may be null. REQUIRES: all outlive every call
+  // (shut the server down before destroying them).
+  StateCacheGrpcService(StateCache* cache, SessionEventLog* events,
+                        RpcObserver* observer = nullptr);
 
   grpc::ServerUnaryReactor* Attach(grpc::CallbackServerContext* context,
                                    const v1::AttachRequest* request,
@@ -56,13 +58,15 @@ class StateCacheGrpcService final : public v1::StateCache::CallbackService {
  private:
   StateCache* const cache_;
   SessionEventLog* const events_;
+  RpcObserver* const observer_;
 };
 
 class StateCacheAdminGrpcService final
     : public v1::StateCacheAdmin::CallbackService {
  public:
-  // Neither is owned. REQUIRES: both outlive every call.
-  StateCacheAdminGrpcService(StateCache* cache, SessionEventLog* events);
+  // None is owned; `observer` may be null. REQUIRES: all outlive every call.
+  StateCacheAdminGrpcService(StateCache* cache, SessionEventLog* events,
+                             RpcObserver* observer = nullptr);
 
   grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* context,
                                      const v1::GetStatsRequest* request,
@@ -82,10 +86,14 @@ class StateCacheAdminGrpcService final
       grpc::CallbackServerContext* context,
       const v1::EvictSessionRequest* request,
       v1::EvictSessionResponse* response) override;
+  grpc::ServerUnaryReactor* Drain(grpc::CallbackServerContext* context,
+                                  const v1::DrainRequest* request,
+                                  v1::DrainResponse* response) override;
 
  private:
   StateCache* const cache_;
   SessionEventLog* const events_;
+  RpcObserver* const observer_;
 };
 
 }  // namespace statecache

@@ -80,6 +80,8 @@ struct StateCacheCounters {
   int64_t resumes_miss = 0;
   int64_t lease_expiries = 0;
   int64_t sessions_evicted = 0;
+  int64_t resume_blocks_wanted = 0;
+  int64_t resume_blocks_resumed = 0;
 };
 
 }  // namespace statecache

@@ -1,6 +1,7 @@
 #include "daemon/service/state_cache.h"
 
 #include <algorithm>
+#include <chrono>
 #include <random>
 #include <utility>
 
@@ -81,6 +82,7 @@ Clock* Clock::Real() {
 }
 
 struct StateCache::PendingResize {
+  int64_t from = 0;
   int64_t target = 0;
   absl::Time deadline;
   ResizeDone done;
@@ -340,13 +342,24 @@ absl::Status StateCache::Step(const v1::StepRequest& request,
     ASSIGN_OR_RETURN(Session * session, FindSession(request.session_id()));
     response->set_epoch(epoch_);
     response->mutable_results()->Reserve(request.operations_size());
+    const bool timed = timed_operations_;
     for (const v1::Operation& op : request.operations()) {
       v1::OperationResult* result = response->add_results();
+      const auto t0 = timed ? std::chrono::steady_clock::now()
+                            : std::chrono::steady_clock::time_point();
       absl::Status status = RunOperation(*session, op, result);
       if (!status.ok()) {
         result->clear_result();
         result->set_code(static_cast<int32_t>(status.code()));
         result->set_message(std::string(status.message()));
+      }
+      if (timed) {
+        const double seconds = std::chrono::duration<double>(
+                                   std::chrono::steady_clock::now() - t0)
+                                   .count();
+        for (StateCacheObserver* o : observers_) {
+          o->OnOperation(op.kind_case(), status.code(), seconds);
+        }
       }
     }
     // A pass may have released the pins a shrink is waiting on.
@@ -371,11 +384,12 @@ absl::Status StateCache::RunOperation(Session& session,
       }
       Sequence seq;
       seq.num_tokens = q.num_tokens();
-      std::vector<int64_t> hashes(q.block_hashes().begin(),
-                                  q.block_hashes().end());
-      ASSIGN_OR_RETURN(int64_t blocks,
-                       pool_.ResumableHit(seq, q.kv_hit_blocks(), hashes,
-                                          q.assume_checkpointed()));
+      ASSIGN_OR_RETURN(
+          int64_t blocks,
+          pool_.ResumableHit(seq, q.kv_hit_blocks(),
+                             absl::MakeConstSpan(q.block_hashes().data(),
+                                                 q.block_hashes_size()),
+                             q.assume_checkpointed()));
       result->mutable_resumable_hit()->set_blocks(static_cast<int32_t>(blocks));
       return absl::OkStatus();
     }
@@ -507,8 +521,8 @@ absl::Status StateCache::Admit(Session& session, const v1::Admit& op,
   request->num_tokens = op.num_tokens();
   request->anchor_pos = op.anchor_pos();
   const Sequence seq = SequenceOf(*request);
-  const std::vector<int64_t> hashes(op.block_hashes().begin(),
-                                    op.block_hashes().end());
+  const absl::Span<const int64_t> hashes(op.block_hashes().data(),
+                                         op.block_hashes_size());
   // Every call below is checked above or cannot fail on what was checked.
   int64_t hit = *pool_.ResumableHit(seq, op.kv_hit_blocks(), hashes, false);
   int64_t src = -1;
@@ -552,6 +566,8 @@ absl::Status StateCache::Admit(Session& session, const v1::Admit& op,
     request->slots = *pool_.PopMany(op.width());
   }
   if (op.kv_hit_blocks() > 0) {
+    counters_.resume_blocks_wanted += op.kv_hit_blocks();
+    counters_.resume_blocks_resumed += hit;
     switch (outcome) {
       case ResumeOutcome::kFork: ++counters_.resumes_fork; break;
       case ResumeOutcome::kAdopt: ++counters_.resumes_adopt; break;
@@ -758,6 +774,7 @@ void StateCache::Resize(const v1::ResizeRequest& request, ResizeDone done) {
     } else {
       resize_ = std::make_unique<PendingResize>();
       resize_->target = target;
+      resize_->from = from;
       const int64_t deadline_ms =
           request.deadline_ms() > 0 ? request.deadline_ms() : 10000;
       resize_->deadline = clock_->Now() + absl::Milliseconds(deadline_ms);
@@ -801,17 +818,18 @@ bool StateCache::AdvanceResize() {
   }
   // The copy engine (host backend: none yet) consumes the relocation log.
   (void)pool_.TakeRelocations();
-  if (pool_.num_slots() != from) {
-    for (StateCacheObserver* o : observers_) {
-      o->OnResize(from, pool_.num_slots());
-    }
-  }
+  (void)from;
   return pool_.num_slots() == r.target;
 }
 
 std::function<void()> StateCache::FinishResize(absl::Status status) {
   std::unique_ptr<PendingResize> r = std::move(resize_);
   r->response.set_num_slots(pool_.num_slots());
+  if (pool_.num_slots() != r->from) {
+    for (StateCacheObserver* o : observers_) {
+      o->OnResize(r->from, pool_.num_slots());
+    }
+  }
   r->response.set_evicted(pool_.Fates().evicted - r->evicted_before);
   return [r = std::shared_ptr<PendingResize>(std::move(r)),
           status = std::move(status)] { r->done(status, r->response); };
@@ -868,6 +886,18 @@ void StateCache::SetDraining(bool draining) {
   draining_ = draining;
 }
 
+void StateCache::Drain(const v1::DrainRequest& request,
+                       v1::DrainResponse* response) {
+  absl::MutexLock lock(&mu_);
+  draining_ = !request.resume();
+  int64_t requests = 0;
+  for (const auto& [id, session] : sessions_) {
+    requests += static_cast<int64_t>(session->requests.size());
+  }
+  response->set_draining(draining_);
+  response->set_requests(requests);
+}
+
 // ------------------------------------------------------------------ stats
 
 void StateCache::GetStats(v1::GetStatsResponse* response) {
@@ -899,6 +929,9 @@ void StateCache::GetStats(v1::GetStatsResponse* response) {
   response->set_resumes_miss(counters_.resumes_miss);
   response->set_lease_expiries(counters_.lease_expiries);
   response->set_sessions_evicted(counters_.sessions_evicted);
+  response->set_resume_blocks_wanted(counters_.resume_blocks_wanted);
+  response->set_resume_blocks_resumed(counters_.resume_blocks_resumed);
+  response->set_draining(draining_);
 }
 
 void StateCache::ListSessions(v1::ListSessionsResponse* response) {

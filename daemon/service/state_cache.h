@@ -68,6 +68,11 @@ class StateCacheObserver {
                               const std::string& client_name, SessionEnd how,
                               int32_t requests_released) {}
   virtual void OnResize(int64_t from_slots, int64_t to_slots) {}
+  // One Step operation ran (refused or not); `seconds` is its time inside
+  // the core. Called only when some observer wants it (wants_operations).
+  virtual void OnOperation(v1::Operation::KindCase kind, absl::StatusCode code,
+                           double seconds) {}
+  virtual bool wants_operations() const { return false; }
 };
 
 class StateCache {
@@ -87,6 +92,7 @@ class StateCache {
   // against calls in flight).
   void AddObserver(StateCacheObserver* observer) {
     observers_.push_back(observer);
+    timed_operations_ = timed_operations_ || observer->wants_operations();
   }
 
   // ----------------------------------------------------------- scheduler
@@ -137,6 +143,9 @@ class StateCache {
   absl::Time NextDeadline() const ABSL_LOCKS_EXCLUDED(mu_);
   // Stops admitting (Attach UNAVAILABLE, admit FAILED_PRECONDITION) when on.
   void SetDraining(bool draining) ABSL_LOCKS_EXCLUDED(mu_);
+  // Drain RPC: sets draining and reports it with the requests still held.
+  void Drain(const v1::DrainRequest& request, v1::DrainResponse* response)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // For tests: the pool's observable state and invariants.
   PoolSnapshot DumpPool() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -206,6 +215,7 @@ class StateCache {
   const uint64_t epoch_;
   const absl::Time start_time_;
   std::vector<StateCacheObserver*> observers_;
+  bool timed_operations_ = false;
 
   mutable absl::Mutex mu_;
   SlotPool pool_ ABSL_GUARDED_BY(mu_);

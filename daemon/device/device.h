@@ -1,0 +1,125 @@
+// Device: the state region the daemon owns (one per daemon), and the copies
+// it runs inside it. The service owns one Device and drives it after each
+// pool decision:
+//
+//   Create    at start: a region for num_slots slots of the layout
+//             (CreateDevice below picks the backend).
+//   Export    for every Attach: the handle, size and placements a model
+//             runner opens (RegionExport).
+//   Copy      relocations, explicit copies, copy-mode snapshots: one batch
+//             of (src, dst) slot pairs, one batched copy, finished when Copy
+//             returns (GPU: run on the device's own stream, synchronised).
+//   Resize    after the pool grew (extend) or before it shrank (after the
+//             relocations out of the tail ran): the region follows the slot
+//             count; the host backend returns the tail's memory.
+//   CommittedBytes  for GetStats and the metrics.
+//
+// Backends: HostDevice (POSIX shared memory, daemon/device/host_device.h)
+// and GpuDevice (hipMalloc + IPC handle, built with STATECACHE_WITH_HIP or
+// STATECACHE_WITH_CUDA, daemon/device/gpu_device.h).
+//
+// Thread-safety: thread-compatible. Resize needs exclusive access (the
+// daemon calls it under its pool mutex, between copies). Copy, Export and
+// the accessors may run concurrently with each other; Copy calls are
+// serialised internally.
+#ifndef STATECACHE_DAEMON_DEVICE_DEVICE_H_
+#define STATECACHE_DAEMON_DEVICE_DEVICE_H_
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "daemon/device/layout.h"
+#include "daemon/device/region_export.h"
+#include "kernels/copy_table.h"
+
+namespace statecache {
+
+// What one Copy did, for the metrics (copy bytes and time).
+struct CopyResult {
+  uint64_t bytes = 0;       // bytes moved, padding included
+  int64_t descriptors = 0;  // ranges after coalescing
+  absl::Duration elapsed;   // building the table through completion
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+
+  // "host", "hip" or "cuda"; the same string Export() carries.
+  virtual std::string_view backend() const = 0;
+  virtual const StateLayout& layout() const = 0;
+  // Slots in the region now: valid slot indices are [0, num_slots()).
+  virtual int64_t num_slots() const = 0;
+  // The most slots Resize accepts: the reserved capacity (GPU backends and
+  // layer-major regions are laid out once for it), or kMaxLayoutSlots for a
+  // slot-major host region, which grows without a bound of its own.
+  virtual int64_t max_slots() const = 0;
+
+  // Makes the region hold `new_num_slots` slots. Slots below
+  // min(old, new) keep their bytes; slots that appear hold unspecified bytes
+  // (zeros on the host backend, except within a page shared with a live
+  // slot). Shrinking drops the content of the tail: relocate first.
+  // Errors: INVALID_ARGUMENT if new_num_slots < 0; OUT_OF_RANGE above
+  // max_slots(); RESOURCE_EXHAUSTED / INTERNAL when the memory cannot be
+  // grown (the region is then unchanged).
+  virtual absl::Status Resize(int64_t new_num_slots) = 0;
+
+  // The region as a client opens it now (see RegionExport).
+  virtual RegionExport Export() const = 0;
+
+  // Copies, for every (src, dst) pair, all of slot src onto slot dst: every
+  // tensor of every layer, in one batched copy (the host twin or one kernel
+  // launch). Returns when the bytes are in place.
+  // Errors: INVALID_ARGUMENT from BuildCopyTable (slot out of range,
+  // src == dst, a slot written twice or both read and written) with nothing
+  // copied; INTERNAL for a device failure.
+  virtual absl::StatusOr<CopyResult> Copy(absl::Span<const SlotPair> pairs) = 0;
+
+  // Memory the region holds now, in bytes: allocated pages of the shared-
+  // memory object (host), or the whole reservation (GPU without the
+  // virtual-memory API).
+  virtual uint64_t CommittedBytes() const = 0;
+};
+
+// How the daemon asks for its region (flags --device_backend, --device,
+// --max_slots, --shm_mode, --copy_threads map onto it).
+struct DeviceOptions {
+  // "host", "hip", "cuda", or "gpu" (whichever GPU flavour this build has).
+  std::string backend = "host";
+  StateLayout layout;
+  int64_t num_slots = 0;
+  // Capacity to reserve. 0 means: unbounded for a slot-major host region,
+  // num_slots otherwise (a region that cannot grow). GPU backends (no
+  // virtual-memory API) and layer-major regions are laid out for it once.
+  int64_t max_slots = 0;
+  uint64_t epoch = 0;  // the daemon's epoch: part of the host shm name
+  // Host backend.
+  std::string shm_prefix = "statecache";
+  mode_t shm_mode = 0600;
+  int copy_threads = 4;
+  // GPU backends.
+  int device = 0;
+};
+
+// Creates the backend `options.backend` names.
+// Errors: INVALID_ARGUMENT for an unknown backend or bad sizes; UNAVAILABLE
+// for a GPU backend this build lacks or a missing device; otherwise the
+// backend's own.
+absl::StatusOr<std::unique_ptr<Device>> CreateDevice(
+    const DeviceOptions& options);
+
+// The backends this build can create, e.g. {"host", "cuda"}.
+std::vector<std::string_view> AvailableDeviceBackends();
+
+}  // namespace statecache
+
+#endif  // STATECACHE_DAEMON_DEVICE_DEVICE_H_

@@ -1,0 +1,261 @@
+#include "daemon/device/host_device.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "daemon/core/status_macros.h"
+#include "daemon/device/shm_name.h"
+#include "daemon/device/string_view_compat.h"
+
+namespace statecache {
+namespace {
+
+uint64_t PageSize() {
+  static const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  return page;
+}
+
+uint64_t RoundUp(uint64_t value, uint64_t to) {
+  return (value + to - 1) / to * to;
+}
+
+absl::Status ErrnoError(std::string_view what, int err) {
+  const std::string message = absl::StrCat(Av(what), ": ", strerror(err));
+  if (err == ENOSPC || err == ENOMEM || err == EFBIG) {
+    return absl::ResourceExhaustedError(message);
+  }
+  if (err == EEXIST) return absl::AlreadyExistsError(message);
+  return absl::InternalError(message);
+}
+
+// Commits [offset, offset + bytes) of the object (growing its size if the
+// range passes the end), so running out of shared memory is an error here
+// instead of a SIGBUS at first touch, in the daemon or in a client.
+absl::Status Commit(int fd, uint64_t offset, uint64_t bytes) {
+  if (bytes == 0) return absl::OkStatus();
+  if (fallocate(fd, 0, static_cast<off_t>(offset), static_cast<off_t>(bytes)) !=
+      0) {
+    return ErrnoError(absl::StrCat("fallocate(", offset, ", ", bytes, ")"),
+                      errno);
+  }
+  return absl::OkStatus();
+}
+
+// Returns the whole pages inside [begin, end) to the system; the object
+// keeps its size and the range reads as zeros.
+absl::Status PunchPages(int fd, uint64_t begin, uint64_t end) {
+  const uint64_t page = PageSize();
+  begin = RoundUp(begin, page);
+  end = end / page * page;
+  if (end <= begin) return absl::OkStatus();
+  if (fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                static_cast<off_t>(begin),
+                static_cast<off_t>(end - begin)) != 0) {
+    return ErrnoError("fallocate(PUNCH_HOLE)", errno);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+HostDevice::HostDevice(HostDeviceOptions options)
+    : options_(std::move(options)) {}
+
+absl::StatusOr<std::unique_ptr<HostDevice>> HostDevice::Create(
+    HostDeviceOptions options) {
+  const StateLayout& layout = options.layout;
+  if (layout.num_tensors() == 0) {
+    return absl::InvalidArgumentError("host device: empty layout");
+  }
+  if (options.num_slots < 0 || options.max_slots < 0 ||
+      options.num_slots > kMaxLayoutSlots ||
+      options.max_slots > kMaxLayoutSlots) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "host device: num_slots ", options.num_slots, " / max_slots ",
+        options.max_slots, " outside [0, ", kMaxLayoutSlots, "]"));
+  }
+  if (options.max_slots != 0 && options.num_slots > options.max_slots) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("host device: num_slots ", options.num_slots,
+                     " exceeds max_slots ", options.max_slots));
+  }
+  if (!ValidShmPrefix(options.prefix)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "host device: bad shared-memory prefix \"", options.prefix, "\""));
+  }
+  std::unique_ptr<HostDevice> device(new HostDevice(std::move(options)));
+  const HostDeviceOptions& o = device->options_;
+  const bool slot_major = o.layout.arrangement() == Arrangement::kSlotMajor;
+  device->max_slots_ = o.max_slots != 0 ? o.max_slots
+                       : slot_major     ? kMaxLayoutSlots
+                                        : o.num_slots;
+  device->name_ = FormatShmName(o.prefix, o.epoch, CurrentShmOwner());
+  device->fd_ = shm_open(device->name_.c_str(),
+                         O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, o.mode);
+  if (device->fd_ < 0) {
+    return ErrnoError(absl::StrCat("shm_open(", device->name_, ")"), errno);
+  }
+  // The destructor unlinks from here on, whatever fails below.
+  if (fchmod(device->fd_, o.mode) != 0) {
+    return ErrnoError("fchmod", errno);
+  }
+  if (!slot_major) {
+    // Laid out once for the capacity: size it whole (sparse), commit the
+    // slots in use.
+    device->file_bytes_ = o.layout.RegionBytes(device->max_slots_);
+    if (ftruncate(device->fd_, static_cast<off_t>(device->file_bytes_)) != 0) {
+      return ErrnoError("ftruncate", errno);
+    }
+    if (device->file_bytes_ > 0) {
+      void* base = mmap(nullptr, device->file_bytes_, PROT_READ | PROT_WRITE,
+                        MAP_SHARED, device->fd_, 0);
+      if (base == MAP_FAILED) return ErrnoError("mmap", errno);
+      device->base_ = static_cast<char*>(base);
+      device->mapped_bytes_ = device->file_bytes_;
+    }
+  }
+  RETURN_IF_ERROR(device->Grow(o.num_slots));
+  device->copier_ = std::make_unique<HostCopier>(o.copier);
+  return device;
+}
+
+HostDevice::~HostDevice() {
+  if (base_ != nullptr) munmap(base_, mapped_bytes_);
+  if (fd_ >= 0) {
+    close(fd_);
+    shm_unlink(name_.c_str());
+  }
+}
+
+absl::StatusOr<std::vector<std::string>> HostDevice::CleanupStale(
+    std::string_view prefix) {
+  return CleanupStaleShm(prefix);
+}
+
+int64_t HostDevice::Capacity() const {
+  return options_.layout.arrangement() == Arrangement::kSlotMajor ? num_slots_
+                                                                  : max_slots_;
+}
+
+absl::Status HostDevice::Resize(int64_t new_num_slots) {
+  if (new_num_slots < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("resize: negative slot count ", new_num_slots));
+  }
+  if (new_num_slots > max_slots_) {
+    return absl::OutOfRangeError(absl::StrCat(
+        "resize: ", new_num_slots, " slots exceed the region's capacity of ",
+        max_slots_,
+        options_.layout.arrangement() == Arrangement::kLayerMajor
+            ? " (a layer-major region is laid out once for max_slots)"
+            : ""));
+  }
+  if (new_num_slots > num_slots_) return Grow(new_num_slots);
+  if (new_num_slots < num_slots_) return Shrink(new_num_slots);
+  return absl::OkStatus();
+}
+
+absl::Status HostDevice::Grow(int64_t new_num_slots) {
+  const StateLayout& layout = options_.layout;
+  if (layout.arrangement() == Arrangement::kLayerMajor) {
+    // Commit the new slots' pieces in every block; nothing moves.
+    for (int64_t layer = 0; layer < layout.num_layers(); ++layer) {
+      for (int tensor = 0; tensor < layout.num_tensors(); ++tensor) {
+        const uint64_t begin =
+            layout.PieceOffset(tensor, layer, num_slots_, max_slots_);
+        const uint64_t bytes = static_cast<uint64_t>(new_num_slots - num_slots_) *
+                               layout.padded_piece_bytes(tensor);
+        RETURN_IF_ERROR(Commit(fd_, begin, bytes));
+      }
+    }
+    num_slots_ = new_num_slots;
+    return absl::OkStatus();
+  }
+  const uint64_t old_bytes = layout.RegionBytes(num_slots_);
+  const uint64_t new_bytes = layout.RegionBytes(new_num_slots);
+  RETURN_IF_ERROR(Commit(fd_, old_bytes, new_bytes - old_bytes));
+  file_bytes_ = std::max(file_bytes_, new_bytes);
+  if (new_bytes > mapped_bytes_) {
+    void* base =
+        base_ == nullptr
+            ? mmap(nullptr, new_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd_,
+                   0)
+            : mremap(base_, mapped_bytes_, new_bytes, MREMAP_MAYMOVE);
+    if (base == MAP_FAILED) {
+      // The object grew but nobody maps the new tail: harmless, the next
+      // Grow reuses it.
+      return ErrnoError(base_ == nullptr ? "mmap" : "mremap", errno);
+    }
+    base_ = static_cast<char*>(base);
+    mapped_bytes_ = new_bytes;
+  }
+  num_slots_ = new_num_slots;
+  return absl::OkStatus();
+}
+
+absl::Status HostDevice::Shrink(int64_t new_num_slots) {
+  const StateLayout& layout = options_.layout;
+  if (layout.arrangement() == Arrangement::kLayerMajor) {
+    for (int64_t layer = 0; layer < layout.num_layers(); ++layer) {
+      for (int tensor = 0; tensor < layout.num_tensors(); ++tensor) {
+        const uint64_t piece = layout.padded_piece_bytes(tensor);
+        const uint64_t block = layout.PieceOffset(tensor, layer, 0, max_slots_);
+        RETURN_IF_ERROR(PunchPages(
+            fd_, block + static_cast<uint64_t>(new_num_slots) * piece,
+            block + static_cast<uint64_t>(num_slots_) * piece));
+      }
+    }
+  } else {
+    // Everything past the new end, up to the high-water mark.
+    RETURN_IF_ERROR(PunchPages(fd_, layout.RegionBytes(new_num_slots),
+                               RoundUp(file_bytes_, PageSize())));
+  }
+  num_slots_ = new_num_slots;
+  return absl::OkStatus();
+}
+
+RegionExport HostDevice::Export() const {
+  RegionExport out;
+  out.backend = "host";
+  out.handle = name_;
+  out.num_slots = num_slots_;
+  out.capacity_slots = Capacity();
+  out.region_bytes = options_.layout.RegionBytes(out.capacity_slots);
+  out.layout = options_.layout;
+  out.layout_fingerprint = options_.layout.FingerprintHex();
+  out.placements = options_.layout.Placements(out.capacity_slots);
+  return out;
+}
+
+absl::StatusOr<CopyResult> HostDevice::Copy(absl::Span<const SlotPair> pairs) {
+  const absl::Time start = absl::Now();
+  ASSIGN_OR_RETURN(
+      CopyTable table,
+      BuildCopyTable(options_.layout, Capacity(), num_slots_, pairs));
+  {
+    absl::MutexLock lock(&copy_mu_);
+    copier_->Run(table.descriptors, base_, base_);
+  }
+  CopyResult result;
+  result.bytes = table.total_bytes;
+  result.descriptors = static_cast<int64_t>(table.descriptors.size());
+  result.elapsed = absl::Now() - start;
+  return result;
+}
+
+uint64_t HostDevice::CommittedBytes() const {
+  struct stat st;
+  if (fstat(fd_, &st) != 0) return 0;
+  return static_cast<uint64_t>(st.st_blocks) * 512;
+}
+
+}  // namespace statecache

@@ -1,0 +1,130 @@
+#include "daemon/device/shm_name.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "daemon/device/string_view_compat.h"
+
+namespace statecache {
+namespace {
+
+// Field 22 of /proc/<pid>/stat, or 0 if unreadable. The command name (field
+// 2) is in parentheses and may hold spaces, so fields are counted from the
+// last ')'.
+uint64_t ProcessStartTime(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  if (!in) return 0;
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  const std::string stat = buffer.str();
+  const size_t paren = stat.rfind(')');
+  if (paren == std::string::npos) return 0;
+  // After ')' come field 3 (state) onwards: field 22 is the 20th of those.
+  std::vector<absl::string_view> fields = absl::StrSplit(
+      absl::string_view(stat).substr(paren + 1), ' ', absl::SkipEmpty());
+  uint64_t start = 0;
+  if (fields.size() < 20 || !absl::SimpleAtoi(fields[19], &start)) return 0;
+  return start;
+}
+
+}  // namespace
+
+ShmOwner CurrentShmOwner() {
+  const pid_t pid = getpid();
+  return {pid, ProcessStartTime(pid)};
+}
+
+bool ShmOwnerAlive(const ShmOwner& owner) {
+  if (owner.pid <= 0) return false;
+  // EPERM: the process exists but belongs to someone else.
+  if (kill(owner.pid, 0) != 0 && errno != EPERM) return false;
+  if (owner.start_time == 0) return true;
+  const uint64_t now = ProcessStartTime(owner.pid);
+  // Unreadable /proc: trust the pid alone rather than remove a live object.
+  return now == 0 || now == owner.start_time;
+}
+
+bool ValidShmPrefix(std::string_view prefix) {
+  if (prefix.empty() || prefix.size() > 64) return false;
+  for (char c : prefix) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                    (c >= '0' && c <= '9') || c == '_' || c == '.';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+std::string FormatShmName(std::string_view prefix, uint64_t epoch,
+                          const ShmOwner& owner) {
+  return absl::StrCat("/", Av(prefix), "-", epoch, "-", owner.pid, "-",
+                      owner.start_time);
+}
+
+std::optional<ShmName> ParseShmName(std::string_view name,
+                                    std::string_view prefix) {
+  if (!name.empty() && name.front() == '/') name.remove_prefix(1);
+  if (name.size() <= prefix.size() || name.substr(0, prefix.size()) != prefix ||
+      name[prefix.size()] != '-') {
+    return std::nullopt;
+  }
+  std::vector<absl::string_view> parts =
+      absl::StrSplit(Av(name.substr(prefix.size() + 1)), '-');
+  if (parts.size() != 3) return std::nullopt;
+  for (absl::string_view part : parts) {
+    if (part.empty()) return std::nullopt;
+    for (char c : part) {
+      if (c < '0' || c > '9') return std::nullopt;
+    }
+  }
+  ShmName parsed;
+  int64_t pid = 0;
+  if (!absl::SimpleAtoi(parts[0], &parsed.epoch) ||
+      !absl::SimpleAtoi(parts[1], &pid) ||
+      !absl::SimpleAtoi(parts[2], &parsed.owner.start_time) || pid <= 0 ||
+      pid > INT32_MAX) {
+    return std::nullopt;
+  }
+  parsed.owner.pid = static_cast<pid_t>(pid);
+  return parsed;
+}
+
+absl::StatusOr<std::vector<std::string>> CleanupStaleShm(
+    std::string_view prefix, const std::string& shm_dir) {
+  if (!ValidShmPrefix(prefix)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad shared-memory prefix \"", Av(prefix), "\""));
+  }
+  DIR* dir = opendir(shm_dir.c_str());
+  if (dir == nullptr) {
+    return absl::InternalError(
+        absl::StrCat("cannot list ", shm_dir, ": ", strerror(errno)));
+  }
+  std::vector<std::string> removed;
+  while (const dirent* entry = readdir(dir)) {
+    const std::string name = entry->d_name;
+    const std::optional<ShmName> parsed = ParseShmName(name, prefix);
+    if (!parsed.has_value() || ShmOwnerAlive(parsed->owner)) continue;
+    // shm_unlink resolves names under /dev/shm; a test directory elsewhere
+    // is cleaned with unlink.
+    const int rc = shm_dir == "/dev/shm"
+                       ? shm_unlink(("/" + name).c_str())
+                       : unlink((shm_dir + "/" + name).c_str());
+    if (rc == 0) removed.push_back(name);
+  }
+  closedir(dir);
+  return removed;
+}
+
+}  // namespace statecache

@@ -1,0 +1,102 @@
+// Metrics: the daemon's Prometheus metrics (prometheus-cpp), served on their
+// own listen address.
+//
+// Two kinds of series:
+//   * what StateCache already counts (the reference's checkpoint fates,
+//     occupancy, sessions, resumes, lease expiries, evictions) is read once
+//     per scrape through GetStats, by a Collectable: one source of truth, and
+//     nothing on the hot path;
+//   * what only the edges see (RPC and Step-operation latencies and refusals,
+//     resizes, copies) goes into families built once at start, whose children
+//     (one per method / operation / code) are created up front and kept in
+//     arrays, so recording is an array index and an atomic add: no label set
+//     is built and nothing is allocated per call.
+//
+// How to read them is in each family's help text (and the README).
+//
+// Thread safety: thread-safe.
+#ifndef STATECACHE_DAEMON_METRICS_METRICS_H_
+#define STATECACHE_DAEMON_METRICS_METRICS_H_
+
+#include <array>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "daemon/service/rpc_observer.h"
+#include "daemon/service/state_cache.h"
+#include "prometheus/counter.h"
+#include "prometheus/exposer.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace statecache {
+
+// Why the daemon copied slot contents.
+enum class CopyReason { kRelocation, kCopy, kSnapshot, kCount };
+
+class Metrics final : public StateCacheObserver, public RpcObserver {
+ public:
+  struct Options {
+    std::string version;
+    std::string backend = "host";
+    absl::Time start_time = absl::Now();
+  };
+  // `cache` is not owned and must outlive this; register this as its
+  // observer (AddObserver) and as the gRPC adapters' RpcObserver.
+  Metrics(StateCache* cache, Options options);
+  ~Metrics() override;
+
+  // Serves /metrics on `address` (host:port; port 0 picks one).
+  // Errors: UNAVAILABLE when the address cannot be bound.
+  absl::Status Serve(const std::string& address);
+  // Bound ports (for tests using port 0); empty when not serving.
+  std::vector<int> ListeningPorts() const;
+
+  // The exposition text, as a scrape would return it (tests, tools).
+  std::string Render() const;
+
+  // RpcObserver.
+  void OnRpc(RpcMethod method, absl::StatusCode code, double seconds) override;
+  // StateCacheObserver (called with the core's mutex held: cheap only).
+  void OnOperation(v1::Operation::KindCase kind, absl::StatusCode code,
+                   double seconds) override;
+  bool wants_operations() const override { return true; }
+  void OnResize(int64_t from_slots, int64_t to_slots) override;
+
+  // The copy engine's report (issue 4 wires it).
+  void OnCopy(CopyReason reason, int64_t bytes, double seconds);
+  // Committed bytes of state memory (the device reports it).
+  void SetStateBytes(int64_t bytes);
+
+ private:
+  class StatsCollector;
+  static constexpr int kOps = 14;    // Operation kinds 1..13 (+ unset)
+  static constexpr int kCodes = 17;  // absl::StatusCode 0..16
+
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::shared_ptr<StatsCollector> stats_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+
+  std::array<prometheus::Histogram*, static_cast<int>(RpcMethod::kCount)>
+      rpc_seconds_{};
+  std::array<std::array<prometheus::Counter*, kCodes>,
+             static_cast<int>(RpcMethod::kCount)>
+      rpc_refusals_{};
+  std::array<prometheus::Histogram*, kOps> op_seconds_{};
+  std::array<std::array<prometheus::Counter*, kCodes>, kOps> op_refusals_{};
+  prometheus::Counter* resizes_grow_ = nullptr;
+  prometheus::Counter* resizes_shrink_ = nullptr;
+  std::array<prometheus::Counter*, static_cast<int>(CopyReason::kCount)>
+      copy_bytes_{};
+  std::array<prometheus::Counter*, static_cast<int>(CopyReason::kCount)>
+      copy_seconds_{};
+  prometheus::Gauge* state_bytes_ = nullptr;
+};
+
+}  // namespace statecache
+
+#endif  // STATECACHE_DAEMON_METRICS_METRICS_H_
