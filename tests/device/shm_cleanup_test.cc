@@ -1,0 +1,132 @@
+// Shared-memory names and the cleanup of objects whose daemon died.
+#include "daemon/device/shm_name.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/device/host_device.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/device/probe_process.h"
+
+namespace statecache {
+namespace {
+
+using ::testing::Contains;
+using ::testing::Not;
+using ::testing::UnorderedElementsAre;
+
+bool Exists(const std::string& name) {
+  struct stat st;
+  return stat(("/dev/shm/" + name).c_str(), &st) == 0;
+}
+
+void MakeObject(const std::string& name) {
+  const int fd = shm_open(("/" + name).c_str(), O_RDWR | O_CREAT, 0600);
+  ASSERT_GE(fd, 0) << name;
+  close(fd);
+}
+
+// A pid that is certainly dead: a child that exited and was reaped.
+pid_t DeadPid() {
+  const pid_t pid = fork();
+  if (pid == 0) _exit(0);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return pid;
+}
+
+TEST(ShmNameTest, FormatsAndParses) {
+  const ShmOwner owner = {1234, 987654};
+  const std::string name = FormatShmName("statecache", 42, owner);
+  EXPECT_EQ(name, "/statecache-42-1234-987654");
+  std::optional<ShmName> parsed = ParseShmName(name, "statecache");
+  ASSERT_TRUE(parsed.has_value());
+  EXPECT_EQ(parsed->epoch, 42u);
+  EXPECT_EQ(parsed->owner, owner);
+  EXPECT_TRUE(ParseShmName("statecache-42-1234-987654", "statecache"));
+  for (const char* bad :
+       {"statecache-42-1234", "statecache-42-1234-9-9", "statecachex-1-2-3",
+        "other-1-2-3", "statecache-a-2-3", "statecache--2-3",
+        "statecache-1-0-3", "statecache"}) {
+    EXPECT_FALSE(ParseShmName(bad, "statecache").has_value()) << bad;
+  }
+  EXPECT_TRUE(ValidShmPrefix("statecache_ci.1"));
+  EXPECT_FALSE(ValidShmPrefix("a-b"));
+  EXPECT_FALSE(ValidShmPrefix("a/b"));
+  EXPECT_FALSE(ValidShmPrefix(""));
+}
+
+TEST(ShmNameTest, OwnerLiveness) {
+  const ShmOwner me = CurrentShmOwner();
+  EXPECT_EQ(me.pid, getpid());
+  EXPECT_GT(me.start_time, 0u);  // /proc is readable here
+  EXPECT_TRUE(ShmOwnerAlive(me));
+  EXPECT_FALSE(ShmOwnerAlive({me.pid, me.start_time + 1}));  // pid reused
+  EXPECT_FALSE(ShmOwnerAlive({DeadPid(), 0}));
+}
+
+TEST(ShmCleanupTest, RemovesOnlyObjectsOfDeadOwners) {
+  const std::string prefix = absl::StrCat("sccleanup", getpid());
+  const ShmOwner me = CurrentShmOwner();
+  const std::string dead =
+      FormatShmName(prefix, 1, {DeadPid(), 5}).substr(1);
+  const std::string reused =
+      FormatShmName(prefix, 2, {me.pid, me.start_time + 7}).substr(1);
+  const std::string live = FormatShmName(prefix, 3, me).substr(1);
+  const std::string junk = prefix + "-not-a-daemon";
+  const std::string other = FormatShmName(prefix + "x", 4, {DeadPid(), 5})
+                                .substr(1);
+  for (const std::string& name : {dead, reused, live, junk, other}) {
+    MakeObject(name);
+  }
+  absl::StatusOr<std::vector<std::string>> removed = CleanupStaleShm(prefix);
+  ASSERT_TRUE(removed.ok()) << removed.status();
+  EXPECT_THAT(*removed, UnorderedElementsAre(dead, reused));
+  EXPECT_FALSE(Exists(dead));
+  EXPECT_FALSE(Exists(reused));
+  EXPECT_TRUE(Exists(live));
+  EXPECT_TRUE(Exists(junk));
+  EXPECT_TRUE(Exists(other));
+  for (const std::string& name : {live, junk, other}) {
+    shm_unlink(("/" + name).c_str());
+  }
+  EXPECT_EQ(CleanupStaleShm("bad-prefix").status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// The real crash: a process that created a HostDevice is SIGKILLed, and the
+// next daemon's CleanupStale removes its object.
+TEST(ShmCleanupTest, KilledDaemonsObjectIsRemoved) {
+  const std::string prefix = absl::StrCat("sckilled", getpid());
+  std::string name;
+  {
+    testing::ProbeProcess probe(STATECACHE_REGION_PROBE);
+    const std::string reply = probe.Ask(absl::StrCat("create ", prefix, " 7"));
+    ASSERT_THAT(reply, ::testing::StartsWith("ok /" + prefix + "-7-"));
+    name = reply.substr(4);
+    EXPECT_TRUE(Exists(name));
+    // Still alive: nothing to clean.
+    absl::StatusOr<std::vector<std::string>> none =
+        HostDevice::CleanupStale(prefix);
+    ASSERT_TRUE(none.ok());
+    EXPECT_TRUE(none->empty());
+    kill(probe.pid(), SIGKILL);
+  }  // reaped here
+  EXPECT_TRUE(Exists(name));  // nobody unlinked it
+  absl::StatusOr<std::vector<std::string>> removed =
+      HostDevice::CleanupStale(prefix);
+  ASSERT_TRUE(removed.ok()) << removed.status();
+  EXPECT_THAT(*removed, UnorderedElementsAre(name));
+  EXPECT_FALSE(Exists(name));
+}
+
+}  // namespace
+}  // namespace statecache
