@@ -1,0 +1,228 @@
+#!/usr/bin/python3
+"""Proves the deploy checks fail when a deploy/ file is broken.
+
+    check_breakage.py DEPLOY_DIR REPO
+
+Each case copies deploy/ to a temporary directory, breaks one file in one
+specific way (the text it replaces must be found, so a case cannot silently
+stop applying when the file changes), runs the check that owns that file and
+expects it to fail. An unbroken copy must pass every check first, so a
+failure is the breakage's and not the copy's.
+"""
+
+import concurrent.futures
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PY = sys.executable
+
+
+def checks(deploy, repo):
+    """{name: argv} of every check, against a deploy directory."""
+    def script(name, *args):
+        return [PY, os.path.join(HERE, name)] + list(args)
+    return {
+        "systemd": script("check_systemd.py", deploy, repo),
+        "container": script("check_container.py", deploy, repo),
+        "yamllint": [shutil.which("yamllint") or "yamllint", "--strict", "-c",
+                     os.path.join(deploy, ".yamllint"), deploy],
+        "kubernetes": script("check_kubernetes.py", deploy, repo),
+        "prometheus-config": script("check_prometheus.py", "config", deploy),
+        "prometheus-rules": script("check_prometheus.py", "rules", deploy),
+        "prometheus-test": script("check_prometheus.py", "test", deploy),
+        "grafana": script("check_dashboard.py", deploy),
+        "health": script("check_health_probe.py", deploy, repo),
+    }
+
+
+# (check, file under deploy/, old text, new text, what the breakage is)
+CASES = [
+    ("prometheus-test", "prometheus/statecache.rules.yml",
+     "          ) > 0.9\n", "          ) > 1.9\n",
+     "thrashing threshold no pool can reach: the alert never fires"),
+    ("prometheus-test", "prometheus/statecache.rules.yml",
+     "expr: increase(statecache_lease_expiries_total[15m]) > 0",
+     "expr: increase(statecache_lease_expiries_total[15m]) > 5",
+     "sessions-expiring alert that ignores a single expiry"),
+    ("prometheus-rules", "prometheus/statecache.rules.yml",
+     "rate(statecache_checkpoints_orphaned_total[30m])\n              / rate",
+     "rate(statecache_checkpoint_orphaned_total[30m])\n              / rate",
+     "misspelt metric name (promtool alone would accept it)"),
+    ("prometheus-rules", "prometheus/statecache.rules.yml",
+     'op="admit",code="RESOURCE_EXHAUSTED"}[5m])\n          ) > 0',
+     'op="admit",code="RESOURCE_EXHAUSTED"}[5m]\n          ) > 0',
+     "PromQL syntax error"),
+    ("prometheus-rules", "prometheus/statecache.rules.yml",
+     "        labels:\n          severity: critical\n        annotations:\n          summary: >-\n"
+     "            statecache {{ $labels.instance }}{{ with $labels.gpu }} (gpu {{ . }}){{ end }}:\n"
+     "            admissions",
+     "        labels:\n          severity: page\n        annotations:\n          summary: >-\n"
+     "            statecache {{ $labels.instance }}{{ with $labels.gpu }} (gpu {{ . }}){{ end }}:\n"
+     "            admissions",
+     "unknown severity"),
+    ("prometheus-config", "prometheus/prometheus.yml",
+     "scrape_interval: 15s", "scrape_interval: 15",
+     "invalid duration"),
+    ("prometheus-config", "prometheus/prometheus.yml",
+     "regex: '.+:94(?:0?)([0-9]+)'", "regex: '.+:94([0-9]+)'",
+     "gpu relabeling that turns port 9403 into gpu 03"),
+    ("grafana", "grafana/statecache.json",
+     "statecache_copy_bytes_total{", "statecache_copy_byte_total{",
+     "misspelt metric in a panel"),
+    ("grafana", "grafana/statecache.json",
+     'state=\\"vacant\\"', 'state=\\"free\\"',
+     "label value the daemon never exports"),
+    ("grafana", "grafana/statecache.json",
+     "[$__rate_interval])) / (sum by (instance, gpu) (rate(statecache_resume_blocks_wanted_total",
+     "[$__rate_interval]) / (sum by (instance, gpu) (rate(statecache_resume_blocks_wanted_total",
+     "unbalanced parenthesis in a panel query"),
+    ("grafana", "grafana/statecache.json",
+     '"templating": {', '"templating": {,',
+     "invalid JSON"),
+    ("systemd", "systemd/statecached.service",
+     "NoNewPrivileges=yes", "NoNewPrivilege=yes",
+     "misspelt directive (systemd-analyze verify warns but exits 0)"),
+    ("systemd", "systemd/statecached.service",
+     "Restart=on-failure", "Restart=sometimes",
+     "invalid Restart= value"),
+    ("systemd", "systemd/statecached@.service",
+     "TimeoutStopSec=15s", "TimeoutStopSec=6s",
+     "stop timeout shorter than the shutdown grace plus teardown"),
+    ("systemd", "systemd/statecached@.service",
+     "--listen=unix:/run/statecache/gpu%i/statecached.sock",
+     "--listen=unix:/run/statecache/statecached.sock",
+     "every instance on the same socket"),
+    ("systemd", "systemd/statecached@.service",
+     "--shutdown_grace=5s $$STATECACHED_ARGS", "--shutdown_grace=5s --num-slots=8 $$STATECACHED_ARGS",
+     "flag the daemon does not define (dash-spelled)"),
+    ("systemd", "systemd/statecache.sysusers.conf",
+     "u statecache -", "x statecache -",
+     "invalid sysusers line"),
+    ("container", "container/Containerfile",
+     "COPY . .\n", "COPY daemons daemons\n",
+     "COPY of a directory the repository does not have"),
+    ("container", "container/Containerfile",
+     "COPY . .\n", "COPY daemon daemon\nCOPY client client\n",
+     "build stage missing directories CMake configures"),
+    ("container", "container/Containerfile.dockerignore",
+     "build-*\n", "build-*\nkernels\n",
+     "context excluding a directory CMake configures"),
+    ("container", "container/Containerfile",
+     "USER 10001:10001", "USER root",
+     "runtime image running as root"),
+    ("container", "container/Containerfile",
+     'ENTRYPOINT ["/usr/local/bin/statecached"]', "ENTRYPOINT /usr/local/bin/statecached",
+     "shell-form ENTRYPOINT (signals go to sh)"),
+    ("container", "container/Containerfile",
+     "python3 python3-grpcio", "python3 python3-grpc",
+     "package apt does not have"),
+    ("container", "container/Containerfile",
+     "COPY --from=build /out/runtime-packages.txt", "COPY --from=builder /out/runtime-packages.txt",
+     "COPY --from a stage that does not exist"),
+    ("yamllint", "kubernetes/base/service.yaml",
+     "  clusterIP: None\n", "  clusterIP: None   \n",
+     "trailing spaces"),
+    ("yamllint", "prometheus/statecache.rules.test.yml",
+     "rule_files:\n  - statecache.rules.yml", "rule_files:\n    - statecache.rules.yml",
+     "inconsistent indentation"),
+    ("kubernetes", "kubernetes/base/daemonset.yaml",
+     "            readOnlyRootFilesystem: true\n            capabilities:\n              drop: [ALL]\n"
+     "          volumeMounts:",
+     "            readOnlyRootFileSystem: true\n            capabilities:\n              drop: [ALL]\n"
+     "          volumeMounts:",
+     "misspelt field (unknown to the API)"),
+    ("kubernetes", "kubernetes/base/daemonset.yaml",
+     "containerPort: 9403", "containerPort: 9404",
+     "daemon 3's port is not 9403"),
+    ("kubernetes", "kubernetes/base/daemonset.yaml",
+     "                - --address=unix:/run/statecache/gpu5/statecached.sock",
+     "                - --address=unix:/run/statecache/gpu4/statecached.sock",
+     "a probe asking the neighbour's socket"),
+    ("kubernetes", "kubernetes/base/daemonset.yaml",
+     "terminationGracePeriodSeconds: 15", 'terminationGracePeriodSeconds: "15"',
+     "string where the API wants an integer"),
+    ("kubernetes", "kubernetes/base/kustomization.yaml",
+     "      - LEASE_TTL=10s\n", "",
+     "a $(VAR) the ConfigMap no longer defines"),
+    ("kubernetes", "kubernetes/overlays/4-gpu/kustomization.yaml",
+     "path: /spec/template/spec/containers/7\n", "path: /spec/template/spec/containers/9\n",
+     "overlay patch that does not apply"),
+    ("kubernetes", "kubernetes/base/servicemonitor.yaml",
+     "  jobLabel: app.kubernetes.io/name", "  jobLabel: app.kubernetes.io/component",
+     "job label that is not statecache"),
+    ("health", "health/statecache-health",
+     "    if status == 1:\n        return EXIT_SERVING",
+     "    if status >= 1:\n        return EXIT_SERVING",
+     "probe that calls a draining daemon healthy"),
+]
+
+
+def run(argv):
+    proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          universal_newlines=True, timeout=120,
+                          env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"))
+    return proc.returncode, proc.stdout
+
+
+def run_case(deploy, repo, case):
+    """Returns (ok, line to print)."""
+    check, relpath, old, new, what = case
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = os.path.join(tmp, "deploy")
+        shutil.copytree(deploy, copy)
+        path = os.path.join(copy, relpath)
+        with open(path) as f:
+            text = f.read()
+        if old not in text:
+            return False, "FAIL %s: the text this case breaks is gone from %s; update the case" % (
+                what, relpath)
+        with open(path, "w") as f:
+            f.write(text.replace(old, new, 1))
+        status, output = run(checks(copy, repo)[check])
+    if status == 0:
+        return False, "FAIL %s check accepts %s: %s\n%s" % (check, relpath, what, output)
+    reasons = [l for l in output.splitlines() if l.startswith("FAIL") or "error" in l.lower()]
+    return True, "ok   %-17s %-45s %s -> %s" % (
+        check, relpath, what, reasons[0][:100] if reasons else "exit %d" % status)
+
+
+def main():
+    if len(sys.argv) != 3:
+        print(__doc__)
+        return 2
+    deploy, repo = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+    workers = max(2, os.cpu_count() or 2)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+        with tempfile.TemporaryDirectory() as tmp:
+            copy = os.path.join(tmp, "deploy")
+            shutil.copytree(deploy, copy)
+            baseline = dict(zip(checks(copy, repo), pool.map(run, checks(copy, repo).values())))
+        unbroken = [name for name, (status, _) in baseline.items() if status != 0]
+        for name in unbroken:
+            print("FAIL the unbroken copy fails the %s check:\n%s" % (name, baseline[name][1]))
+        if unbroken:
+            print("0 passed, %d failed" % len(unbroken))
+            return 1
+        cases = CASES
+        kubectl = shutil.which("kubectl")
+        version = subprocess.run([kubectl, "version", "--client"], stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, universal_newlines=True).stdout if kubectl else ""
+        if "Kustomize Version: v" not in version or re.search(r"Kustomize Version: v[0-3]\.", version):
+            # kubectl 1.20 renders base/ only (check_kubernetes.py says why).
+            cases = [c for c in CASES if "kubernetes/overlays/" not in c[1]]
+            print("note: kubectl older than 1.21: overlay cases skipped")
+        results = list(pool.map(lambda case: run_case(deploy, repo, case), cases))
+    for _, line in results:
+        print(line)
+    passed = sum(1 for ok, _ in results if ok)
+    print("%d passed, %d failed" % (passed, len(results) - passed))
+    return 0 if passed == len(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,204 @@
+// Daemon restarts: a client notices a restart it did not see (its session is
+// gone, the epoch changed) and re-attaches; a second daemon refuses to steal
+// a socket a live daemon serves.
+#include <sys/stat.h>
+
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "tests/integration/daemon_process.h"
+#include "tests/integration/test_util.h"
+
+namespace statecache::testing {
+namespace {
+
+TEST(RestartTest, ClientNoticesTheRestartAndReattaches) {
+  auto dir = TempDir::Create();
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  const std::vector<std::string> flags =
+      WithIdentity({"--num_slots=16", "--lease_ttl=3s"});
+  auto first = DaemonProcess::Start(flags, dir->path());
+  ASSERT_TRUE(first.ok()) << first.status();
+  const std::string address = (*first)->address();
+
+  auto client = Client::Connect(address);
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto session = (*client)->Attach(TestIdentity(), "survivor");
+  ASSERT_TRUE(session.ok()) << session.status();
+  const uint64_t epoch1 = session->epoch;
+  EXPECT_EQ(epoch1, (*first)->logged_epoch());
+  StepBuilder admit;
+  admit.BeginPass().Admit("r1", kWidth, 100, 100, {}, 0);
+  auto admitted = (*client)->Step(admit);
+  ASSERT_TRUE(admitted.ok()) << admitted.status();
+  EXPECT_EQ(admitted->epoch, epoch1);
+
+  // Stop (clean exit 0), start again on the same socket path.
+  ASSERT_TRUE((*first)->StopCleanly().ok());
+  auto second = DaemonProcess::Start(flags, dir->path());
+  ASSERT_TRUE(second.ok()) << second.status();
+  ASSERT_EQ((*second)->address(), address);
+  EXPECT_NE((*second)->logged_epoch(), epoch1);
+
+  // The client's next calls fail: UNAVAILABLE while its channel reconnects,
+  // then NOT_FOUND (the new daemon never heard of the session).
+  absl::Status last;
+  ASSERT_TRUE(PollUntil(
+      [&] {
+        StepBuilder step;
+        step.BeginPass();
+        auto result = (*client)->Step(step);
+        EXPECT_FALSE(result.ok()) << "a step on a session from before the "
+                                     "restart succeeded";
+        if (result.ok()) return true;
+        last = result.status();
+        EXPECT_TRUE(absl::IsNotFound(last) || absl::IsUnavailable(last))
+            << last;
+        return absl::IsNotFound(last);
+      },
+      absl::Seconds(20), absl::Milliseconds(50)))
+      << last;
+  // The library's "lease lost" signal.
+  EXPECT_TRUE((*client)->lease_lost());
+  EXPECT_TRUE(absl::IsNotFound((*client)->KeepAlive()));
+
+  // Re-attach: a new session under a new epoch.
+  auto again = (*client)->Attach(TestIdentity(), "survivor");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_NE(again->epoch, epoch1);
+  EXPECT_EQ(again->epoch, (*second)->logged_epoch());
+  EXPECT_NE(again->session_id, session->session_id);
+  EXPECT_FALSE((*client)->lease_lost());
+  EXPECT_TRUE((*client)->KeepAlive().ok());
+  auto readmitted = (*client)->Step(admit);
+  ASSERT_TRUE(readmitted.ok()) << readmitted.status();
+  EXPECT_EQ(readmitted->epoch, again->epoch);
+  EXPECT_TRUE(readmitted->Get<AdmitResult>(1).ok())
+      << "r1 is a new request in the new daemon";
+  auto stats = (*client)->GetStats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->epoch, again->epoch);
+  EXPECT_EQ(stats->sessions, 1);
+  EXPECT_EQ(stats->requests, 1);
+
+  client->reset();
+  EXPECT_TRUE((*second)->StopCleanly().ok());
+}
+
+TEST(RestartTest, RawKeepAliveShowsTheNewEpoch) {
+  auto dir = TempDir::Create();
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  const std::vector<std::string> flags = WithIdentity({"--num_slots=8"});
+  auto first = DaemonProcess::Start(flags, dir->path());
+  ASSERT_TRUE(first.ok()) << first.status();
+  uint64_t epoch1 = 0;
+  std::string old_session;
+  {
+    RawStubs stubs((*first)->address());
+    v1::AttachRequest attach;
+    *attach.mutable_identity() = TestIdentityProto();
+    v1::AttachResponse response;
+    ASSERT_TRUE(stubs.scheduler->Attach(Ctx().get(), attach, &response).ok());
+    epoch1 = response.epoch();
+    old_session = response.session_id();
+    v1::KeepAliveRequest keepalive;
+    keepalive.set_session_id(old_session);
+    v1::KeepAliveResponse kr;
+    ASSERT_TRUE(stubs.scheduler->KeepAlive(Ctx().get(), keepalive, &kr).ok());
+    EXPECT_EQ(kr.epoch(), epoch1);
+  }
+  ASSERT_TRUE((*first)->StopCleanly().ok());
+  auto second = DaemonProcess::Start(flags, dir->path());
+  ASSERT_TRUE(second.ok()) << second.status();
+  auto stubs_owner = std::make_unique<RawStubs>((*second)->address());
+  RawStubs& stubs = *stubs_owner;
+  v1::KeepAliveRequest keepalive;
+  keepalive.set_session_id(old_session);
+  v1::KeepAliveResponse kr;
+  EXPECT_EQ(stubs.scheduler->KeepAlive(Ctx().get(), keepalive, &kr)
+                .error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  v1::AttachRequest attach;
+  *attach.mutable_identity() = TestIdentityProto();
+  v1::AttachResponse response;
+  ASSERT_TRUE(stubs.scheduler->Attach(Ctx().get(), attach, &response).ok());
+  EXPECT_NE(response.epoch(), epoch1);
+  keepalive.set_session_id(response.session_id());
+  ASSERT_TRUE(stubs.scheduler->KeepAlive(Ctx().get(), keepalive, &kr).ok());
+  EXPECT_EQ(kr.epoch(), response.epoch());
+  v1::GetStatsResponse stats;
+  ASSERT_TRUE(stubs.admin->GetStats(Ctx().get(), {}, &stats).ok());
+  EXPECT_EQ(stats.epoch(), response.epoch());
+  stubs_owner.reset();  // an idle connection would hold shutdown for its grace
+  EXPECT_TRUE((*second)->StopCleanly().ok());
+}
+
+// gRPC would unlink a live daemon's socket and bind over it; statecached
+// refuses instead (exit 1, never ready) and the first daemon keeps serving.
+TEST(RestartTest, SecondDaemonOnALiveSocketIsRefused) {
+  auto first = DaemonProcess::Start(WithIdentity({"--num_slots=8"}));
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto second = DaemonProcess::Start(WithIdentity({"--num_slots=8"}),
+                                     (*first)->socket_dir());
+  ASSERT_FALSE(second.ok()) << "a second daemon took over a live socket";
+  EXPECT_TRUE(absl::StrContains(second.status().message(),
+                                "exited with code 1"))
+      << second.status();
+  auto stubs_owner = std::make_unique<RawStubs>((*first)->address());
+  RawStubs& stubs = *stubs_owner;
+  v1::GetStatsResponse stats;
+  ASSERT_TRUE(stubs.admin->GetStats(Ctx().get(), {}, &stats).ok());
+  EXPECT_EQ(stats.epoch(), (*first)->logged_epoch());
+  stubs_owner.reset();
+  EXPECT_TRUE((*first)->StopCleanly().ok());
+}
+
+// SIGTERM while schedulers are connected, one with a StepStream open (and the
+// metrics endpoint on): the daemon drains and exits 0 within its
+// --shutdown_grace (plus slack), and the open stream ends instead of
+// hanging.
+TEST(ShutdownTest, SigtermWithClientsConnectedAndAStreamOpenExitsCleanly) {
+  constexpr absl::Duration kGrace = absl::Milliseconds(300);
+  auto daemon = DaemonProcess::Start(WithIdentity(
+      {"--num_slots=8",
+       absl::StrCat("--shutdown_grace=", absl::FormatDuration(kGrace)),
+       // The default configuration serves metrics too.
+       "--metrics_address=127.0.0.1:0"}));
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  auto client = Client::Connect((*daemon)->address());
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto session = (*client)->Attach(TestIdentity(), "connected-at-shutdown");
+  ASSERT_TRUE(session.ok()) << session.status();
+  StepBuilder step;
+  step.BeginPass().Admit("r", kWidth, 10, 0, {}, 0);
+  ASSERT_TRUE((*client)->StepStreamed(step).ok());
+
+  RawStubs stubs((*daemon)->address());
+  auto context = Ctx(absl::Seconds(30));
+  auto stream = stubs.scheduler->StepStream(context.get());
+  v1::StepRequest request;
+  request.set_session_id(session->session_id);
+  request.add_operations()->mutable_begin_pass();
+  ASSERT_TRUE(stream->Write(request));
+  v1::StepResponse response;
+  ASSERT_TRUE(stream->Read(&response));
+  EXPECT_EQ(response.error_code(), 0) << response.error_message();
+
+  const absl::Time start = absl::Now();
+  auto exit = (*daemon)->Stop(absl::Seconds(20));
+  const absl::Duration took = absl::Now() - start;
+  ASSERT_TRUE(exit.ok()) << exit.status();
+  EXPECT_TRUE(exit->exited && exit->code == 0)
+      << exit->ToString() << "\n" << (*daemon)->log();
+  EXPECT_LT(took, kGrace + absl::Seconds(5));
+  RecordProperty("shutdown_ms", absl::StrCat(absl::ToInt64Milliseconds(took)));
+  // The stream was ended by the daemon, not left hanging.
+  EXPECT_FALSE(stream->Read(&response));
+  EXPECT_FALSE(stream->Finish().ok());
+  EXPECT_FALSE((*client)->Ping().ok());
+}
+
+}  // namespace
+}  // namespace statecache::testing
