@@ -4,7 +4,8 @@
 #   STATECACHE_WITH_CUDA  AUTO | ON | OFF  nvcc for STATECACHE_CUDA_ARCH (90)
 #   STATECACHE_DEVICE_GPU AUTO | hip | cuda | none
 #                         the flavour statecache_device (the daemon) links;
-#                         AUTO: hip if built, else cuda if built, else none
+#                         AUTO: cuda on a machine with an NVIDIA driver,
+#                         else hip if built, else cuda if built, else none
 #
 # AUTO builds a flavour when its compiler and runtime library are found, and
 # says so either way; ON fails the configure when they are missing. Kernels
@@ -43,6 +44,8 @@ if(NOT STATECACHE_WITH_HIP STREQUAL "OFF")
   else()
     message(STATUS "statecache: HIP flavour skipped (no hipcc/libamdhip64)")
   endif()
+else()
+  message(STATUS "statecache: HIP flavour off (STATECACHE_WITH_HIP=OFF)")
 endif()
 
 # --- CUDA --------------------------------------------------------------
@@ -68,12 +71,18 @@ if(NOT STATECACHE_WITH_CUDA STREQUAL "OFF")
   else()
     message(STATUS "statecache: CUDA flavour skipped (no nvcc/cudart)")
   endif()
+else()
+  message(STATUS "statecache: CUDA flavour off (STATECACHE_WITH_CUDA=OFF)")
 endif()
 
 # --- The daemon's flavour ----------------------------------------------
 set(STATECACHE_DEVICE_GPU_FLAVOUR "")
 if(STATECACHE_DEVICE_GPU STREQUAL "AUTO")
-  if("hip" IN_LIST STATECACHE_GPU_FLAVOURS)
+  # The machine's own GPU decides when both flavours build (an NVIDIA host
+  # with Debian's hipcc installed must not get a HIP daemon); else HIP first.
+  if(EXISTS /dev/nvidiactl AND "cuda" IN_LIST STATECACHE_GPU_FLAVOURS)
+    set(STATECACHE_DEVICE_GPU_FLAVOUR cuda)
+  elseif("hip" IN_LIST STATECACHE_GPU_FLAVOURS)
     set(STATECACHE_DEVICE_GPU_FLAVOUR hip)
   elseif("cuda" IN_LIST STATECACHE_GPU_FLAVOURS)
     set(STATECACHE_DEVICE_GPU_FLAVOUR cuda)
@@ -85,8 +94,12 @@ elseif(NOT STATECACHE_DEVICE_GPU STREQUAL "none")
   endif()
   set(STATECACHE_DEVICE_GPU_FLAVOUR ${STATECACHE_DEVICE_GPU})
 endif()
-message(STATUS "statecache: daemon GPU backend: "
-               "${STATECACHE_DEVICE_GPU_FLAVOUR}")
+if(STATECACHE_DEVICE_GPU_FLAVOUR)
+  message(STATUS "statecache: daemon GPU backend: "
+                 "${STATECACHE_DEVICE_GPU_FLAVOUR}")
+else()
+  message(STATUS "statecache: daemon GPU backend: none (host only)")
+endif()
 
 # statecache_add_gpu_objects(<out-var> <hip|cuda> <source.hip>...)
 # Compiles each source for the flavour with a custom command; <out-var>

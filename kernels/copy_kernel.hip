@@ -49,10 +49,9 @@ hipError_t LaunchCopyTable(const CopyDescriptor* device_table,
   const int64_t blocks =
       num_descriptors < max_blocks ? num_descriptors : max_blocks;
   CopyTableKernel<<<static_cast<unsigned>(blocks), kCopyKernelThreads, 0,
-                    stream>>>(device_table,
-                              static_cast<uint64_t>(num_descriptors),
-                              static_cast<const char*>(src_base),
-                              static_cast<char*>(dst_base));
+                    stream>>>(
+      device_table, static_cast<uint64_t>(num_descriptors),
+      static_cast<const char*>(src_base), static_cast<char*>(dst_base));
   return hipGetLastError();
 }
 

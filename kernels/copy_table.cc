@@ -40,9 +40,8 @@ absl::StatusOr<CopyTable> BuildCopyTable(const StateLayout& layout,
   for (size_t i = 0; i < pairs.size(); ++i) {
     const auto [src, dst] = pairs[i];
     if (src < 0 || src >= num_slots || dst < 0 || dst >= num_slots) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(PairName(i, pairs[i]), ": slot out of range [0, ",
-                       num_slots, ")"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          PairName(i, pairs[i]), ": slot out of range [0, ", num_slots, ")"));
     }
     if (src == dst) {
       return absl::InvalidArgumentError(
@@ -62,9 +61,9 @@ absl::StatusOr<CopyTable> BuildCopyTable(const StateLayout& layout,
                        " is the destination of two pairs"));
     }
     if (dst_role & kSource) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          PairName(i, pairs[i]), ": slot ", dst,
-          " is also a source in this batch (order-dependent)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(PairName(i, pairs[i]), ": slot ", dst,
+                       " is also a source in this batch (order-dependent)"));
     }
     dst_role |= kDestination;
   }
@@ -125,8 +124,7 @@ absl::Status ValidateCopyTable(absl::Span<const CopyDescriptor> table,
         d.bytes > dst_region_bytes - d.dst_offset) {
       return absl::InvalidArgumentError(absl::StrCat(
           "descriptor ", i, ": destination [", d.dst_offset, ", +", d.bytes,
-          ") outside the destination region of ", dst_region_bytes,
-          " bytes"));
+          ") outside the destination region of ", dst_region_bytes, " bytes"));
     }
     ranges.push_back({d.dst_offset, d.dst_offset + d.bytes, i, true});
     if (same_region) {

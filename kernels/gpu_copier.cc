@@ -18,8 +18,7 @@ constexpr int kBlocksPerUnit = 8;
 }  // namespace
 
 absl::Status GpuError(const char* what, hipError_t err) {
-  return absl::InternalError(
-      absl::StrCat(what, ": ", hipGetErrorString(err)));
+  return absl::InternalError(absl::StrCat(what, ": ", hipGetErrorString(err)));
 }
 
 absl::StatusOr<std::unique_ptr<GpuCopier>> GpuCopier::Create() {
@@ -52,8 +51,8 @@ absl::Status GpuCopier::Reserve(size_t descriptors) {
   device_table_ = nullptr;
   capacity_ = 0;
   const size_t bytes = capacity * sizeof(CopyDescriptor);
-  if (hipError_t err = hipHostMalloc(reinterpret_cast<void**>(&staging_),
-                                     bytes, hipHostMallocDefault);
+  if (hipError_t err = hipHostMalloc(reinterpret_cast<void**>(&staging_), bytes,
+                                     hipHostMallocDefault);
       err != hipSuccess) {
     staging_ = nullptr;
     return GpuError("hipHostMalloc(copy table)", err);

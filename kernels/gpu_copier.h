@@ -38,14 +38,13 @@ class GpuCopier {
   absl::Status Prepare(absl::Span<const CopyDescriptor> table,
                        hipStream_t stream);
   // Enqueues one kernel launch of the prepared table on `stream`.
-  absl::Status Launch(const void* src_base, void* dst_base,
-                      hipStream_t stream);
+  absl::Status Launch(const void* src_base, void* dst_base, hipStream_t stream);
   // Prepare, Launch, and wait for the stream: the bytes are in place when it
   // returns OK.
   // REQUIRES (all three): the table's ranges inside the buffers, destinations
   // disjoint from each other and from every source.
-  absl::Status Run(absl::Span<const CopyDescriptor> table,
-                   const void* src_base, void* dst_base, hipStream_t stream);
+  absl::Status Run(absl::Span<const CopyDescriptor> table, const void* src_base,
+                   void* dst_base, hipStream_t stream);
 
   // Descriptors of the prepared table, after splitting.
   int64_t prepared_descriptors() const { return prepared_; }

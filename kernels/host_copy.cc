@@ -3,12 +3,23 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/streaming_copy.h"
+
 namespace statecache {
 namespace {
 
-// Share boundaries inside a descriptor fall on this many bytes from its
-// start: whole cache lines, so two threads never write one line.
+// Share boundaries inside a descriptor fall on a multiple of this many bytes
+// from its start: whole cache lines when the destination is line-aligned (a
+// slot or a page-sized piece is), so two threads rarely write one line.
 constexpr uint64_t kShareGranule = 64;
+
+void Copy(bool streaming, char* dst, const char* src, uint64_t bytes) {
+  if (streaming) {
+    StreamingCopy(dst, src, bytes);
+  } else {
+    std::memcpy(dst, src, bytes);
+  }
+}
 
 }  // namespace
 
@@ -34,10 +45,13 @@ void HostCopier::CopyShare(const Job& job, int share) {
     const uint64_t from = i == begin.index ? begin.offset : 0;
     const uint64_t to = i == end.index ? end.offset : d.bytes;
     if (to > from) {
-      std::memcpy(job.dst + d.dst_offset + from, job.src + d.src_offset + from,
-                  to - from);
+      Copy(job.streaming, job.dst + d.dst_offset + from,
+           job.src + d.src_offset + from, to - from);
     }
   }
+  // Streaming stores are weakly ordered: drain them before the share is
+  // reported done.
+  if (job.streaming) StreamingFence();
 }
 
 void HostCopier::TakeShares(const Job& job) {
@@ -88,10 +102,12 @@ void HostCopier::Run(absl::Span<const CopyDescriptor> table,
         total / std::max<uint64_t>(options_.min_share_bytes, 1), 1,
         static_cast<uint64_t>(options_.num_threads));
   }
+  const bool streaming = total >= options_.streaming_bytes;
   if (threads == 1) {
     for (const CopyDescriptor& d : table) {
-      std::memcpy(dst + d.dst_offset, src + d.src_offset, d.bytes);
+      Copy(streaming, dst + d.dst_offset, src + d.src_offset, d.bytes);
     }
+    if (streaming) StreamingFence();
     return;
   }
 
@@ -100,6 +116,7 @@ void HostCopier::Run(absl::Span<const CopyDescriptor> table,
   job.table = table;
   job.src = src;
   job.dst = dst;
+  job.streaming = streaming;
   // One pass over the table places every share boundary: boundary k is at
   // byte k * total / threads of the stream, rounded down to the granule
   // within its descriptor.

@@ -4,8 +4,11 @@
 // The table's bytes are cut into equal shares, one per thread in use, at
 // 64-byte boundaries inside descriptors where needed: a table of one 300 MB
 // slot and a table of ten thousand 4 KiB pieces are spread the same way, and
-// every thread does one memcpy per descriptor (part) it owns, never one per
-// piece of a layer when pieces were coalesced. Tables below `inline_bytes`
+// every thread does one copy per descriptor (part) it owns, never one per
+// piece of a layer when pieces were coalesced. Large tables are copied with
+// non-temporal stores (streaming_copy.h), which matches one glibc memcpy of
+// the same bytes where per-slot memcpy calls fall well short of it; small
+// tables use memcpy. Tables below `inline_bytes`
 // run entirely on the calling thread: waking a worker costs tens of
 // microseconds, more than copying a few hundred KiB.
 //
@@ -36,6 +39,10 @@ struct HostCopierOptions {
   // No thread gets a share smaller than this (tables between inline_bytes
   // and num_threads * min_share use fewer threads).
   uint64_t min_share_bytes = uint64_t{2} << 20;
+  // Tables with at least this many bytes are copied with non-temporal
+  // stores (StreamingCopy): they do not fit in the caches anyway. Smaller
+  // ones use memcpy and stay cache-resident for whoever reads them next.
+  uint64_t streaming_bytes = uint64_t{8} << 20;
 };
 
 class HostCopier {
@@ -69,6 +76,7 @@ class HostCopier {
     const char* src = nullptr;
     char* dst = nullptr;
     std::vector<Cursor> bounds;  // share k is [bounds[k], bounds[k+1])
+    bool streaming = false;      // StreamingCopy instead of memcpy
   };
 
   static void CopyShare(const Job& job, int share);

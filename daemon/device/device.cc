@@ -59,8 +59,8 @@ absl::StatusOr<std::unique_ptr<Device>> CreateDevice(
     const std::vector<std::string> backends(available.begin(), available.end());
     return absl::UnavailableError(absl::StrCat(
         "device backend \"", options.backend,
-        "\" is not built in (this build has: ",
-        absl::StrJoin(backends, ", "), ")"));
+        "\" is not built in (this build has: ", absl::StrJoin(backends, ", "),
+        ")"));
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown device backend \"", options.backend,

@@ -22,9 +22,7 @@ constexpr DTypeInfo kDTypes[] = {
     {DType::kF8E5M2, 1, "f8_e5m2", "float8_e5m2"},
 };
 
-const DTypeInfo& Info(DType dtype) {
-  return kDTypes[static_cast<int>(dtype)];
-}
+const DTypeInfo& Info(DType dtype) { return kDTypes[static_cast<int>(dtype)]; }
 
 }  // namespace
 

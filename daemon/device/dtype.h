@@ -16,11 +16,11 @@
 namespace statecache {
 
 enum class DType : uint8_t {
-  kBF16,     // "bf16"     (torch.bfloat16)
-  kF16,      // "f16"      (torch.float16)
-  kF32,      // "f32"      (torch.float32)
-  kF8E4M3,   // "f8_e4m3"  (torch.float8_e4m3fn)
-  kF8E5M2,   // "f8_e5m2"  (torch.float8_e5m2)
+  kBF16,    // "bf16"     (torch.bfloat16)
+  kF16,     // "f16"      (torch.float16)
+  kF32,     // "f32"      (torch.float32)
+  kF8E4M3,  // "f8_e4m3"  (torch.float8_e4m3fn)
+  kF8E5M2,  // "f8_e5m2"  (torch.float8_e5m2)
 };
 
 // Bytes per element: 1, 2 or 4.

@@ -172,8 +172,9 @@ absl::Status HostDevice::Grow(int64_t new_num_slots) {
       for (int tensor = 0; tensor < layout.num_tensors(); ++tensor) {
         const uint64_t begin =
             layout.PieceOffset(tensor, layer, num_slots_, max_slots_);
-        const uint64_t bytes = static_cast<uint64_t>(new_num_slots - num_slots_) *
-                               layout.padded_piece_bytes(tensor);
+        const uint64_t bytes =
+            static_cast<uint64_t>(new_num_slots - num_slots_) *
+            layout.padded_piece_bytes(tensor);
         RETURN_IF_ERROR(Commit(fd_, begin, bytes));
       }
     }
@@ -185,11 +186,10 @@ absl::Status HostDevice::Grow(int64_t new_num_slots) {
   RETURN_IF_ERROR(Commit(fd_, old_bytes, new_bytes - old_bytes));
   file_bytes_ = std::max(file_bytes_, new_bytes);
   if (new_bytes > mapped_bytes_) {
-    void* base =
-        base_ == nullptr
-            ? mmap(nullptr, new_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd_,
-                   0)
-            : mremap(base_, mapped_bytes_, new_bytes, MREMAP_MAYMOVE);
+    void* base = base_ == nullptr
+                     ? mmap(nullptr, new_bytes, PROT_READ | PROT_WRITE,
+                            MAP_SHARED, fd_, 0)
+                     : mremap(base_, mapped_bytes_, new_bytes, MREMAP_MAYMOVE);
     if (base == MAP_FAILED) {
       // The object grew but nobody maps the new tail: harmless, the next
       // Grow reuses it.
@@ -238,9 +238,8 @@ RegionExport HostDevice::Export() const {
 
 absl::StatusOr<CopyResult> HostDevice::Copy(absl::Span<const SlotPair> pairs) {
   const absl::Time start = absl::Now();
-  ASSIGN_OR_RETURN(
-      CopyTable table,
-      BuildCopyTable(options_.layout, Capacity(), num_slots_, pairs));
+  ASSIGN_OR_RETURN(CopyTable table, BuildCopyTable(options_.layout, Capacity(),
+                                                   num_slots_, pairs));
   {
     absl::MutexLock lock(&copy_mu_);
     copier_->Run(table.descriptors, base_, base_);

@@ -32,9 +32,9 @@ absl::Status CheckExport(const RegionExport& region) {
   const size_t expected = static_cast<size_t>(region.layout.num_layers()) *
                           region.layout.num_tensors();
   if (region.placements.size() != expected || expected == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "export has ", region.placements.size(), " placements, the layout ",
-        expected));
+    return absl::InvalidArgumentError(
+        absl::StrCat("export has ", region.placements.size(),
+                     " placements, the layout ", expected));
   }
   return absl::OkStatus();
 }
@@ -52,12 +52,17 @@ absl::StatusOr<HostRegion> HostRegion::Open(const RegionExport& region) {
 
 absl::Status HostRegion::Remap(const RegionExport& region) {
   if (absl::Status s = CheckExport(region); !s.ok()) return s;
+  if (!region_.handle.empty() && region.handle != region_.handle) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("remap: export names ", region.handle, ", this region is ",
+                     region_.handle, " (Open the new one instead)"));
+  }
   struct stat st;
   if (fstat(fd_, &st) != 0) return OpenError(region.handle, errno);
   if (static_cast<uint64_t>(st.st_size) < region.region_bytes) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "state region ", region.handle, " holds ", st.st_size,
-        " bytes, the export says ", region.region_bytes));
+    return absl::FailedPreconditionError(
+        absl::StrCat("state region ", region.handle, " holds ", st.st_size,
+                     " bytes, the export says ", region.region_bytes));
   }
   char* base = nullptr;
   if (region.region_bytes > 0) {
@@ -73,7 +78,9 @@ absl::Status HostRegion::Remap(const RegionExport& region) {
   return absl::OkStatus();
 }
 
-HostRegion::HostRegion(HostRegion&& other) noexcept { *this = std::move(other); }
+HostRegion::HostRegion(HostRegion&& other) noexcept {
+  *this = std::move(other);
+}
 
 HostRegion& HostRegion::operator=(HostRegion&& other) noexcept {
   if (this != &other) {

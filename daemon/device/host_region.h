@@ -36,8 +36,9 @@ class HostRegion {
 
   // Follows a resize: maps the region `region` describes now. Pointers
   // taken before are invalid afterwards.
-  // REQUIRES: region.handle is the handle this region was opened with.
-  // Errors: as Open; on error the old mapping stays.
+  // Errors: as Open, and INVALID_ARGUMENT if region.handle is not the handle
+  // this region was opened with (a restarted daemon: Open anew). On error
+  // the old mapping stays.
   absl::Status Remap(const RegionExport& region);
 
   const RegionExport& region() const { return region_; }
@@ -65,9 +66,9 @@ class HostRegion {
             placement(tensor, layer).bytes / sizeof(T)};
   }
   const TensorPlacement& placement(int tensor, int64_t layer) const {
-    return region_.placements[static_cast<size_t>(layer) *
-                                  region_.layout.num_tensors() +
-                              tensor];
+    return region_
+        .placements[static_cast<size_t>(layer) * region_.layout.num_tensors() +
+                    tensor];
   }
 
  private:

@@ -69,9 +69,9 @@ absl::StatusOr<StateLayout> StateLayout::Create(
     const StateTensorSpec& t = tensors[i];
     const std::string where = absl::StrCat("tensors[", i, "]");
     if (!ValidTensorName(t.name)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, ".name: \"", t.name,
-          "\" is not 1..64 characters of [A-Za-z0-9_.-]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ".name: \"", t.name,
+                       "\" is not 1..64 characters of [A-Za-z0-9_.-]"));
     }
     if (!names.insert(t.name).second) {
       return absl::InvalidArgumentError(
@@ -86,9 +86,8 @@ absl::StatusOr<StateLayout> StateLayout::Create(
     uint64_t bytes = static_cast<uint64_t>(DTypeSize(t.dtype));
     for (size_t d = 0; d < t.shape.size(); ++d) {
       if (t.shape[d] < 1) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(where, ".shape[", d, "]: must be >= 1, got ",
-                         t.shape[d]));
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, ".shape[", d, "]: must be >= 1, got ", t.shape[d]));
       }
       if (static_cast<uint64_t>(t.shape[d]) > kMaxBytesPerSlot ||
           bytes * static_cast<uint64_t>(t.shape[d]) > kMaxBytesPerSlot) {
@@ -145,9 +144,8 @@ int StateLayout::FindTensor(std::string_view name) const {
 
 uint64_t StateLayout::PieceOffset(int tensor, int64_t layer, int64_t slot,
                                   int64_t capacity) const {
-  const uint64_t in_layer =
-      static_cast<uint64_t>(layer) * layer_bytes_ +
-      tensor_offset_in_layer_[tensor];
+  const uint64_t in_layer = static_cast<uint64_t>(layer) * layer_bytes_ +
+                            tensor_offset_in_layer_[tensor];
   if (arrangement_ == Arrangement::kSlotMajor) {
     return static_cast<uint64_t>(slot) * bytes_per_slot() + in_layer;
   }
@@ -190,10 +188,10 @@ std::vector<TensorPlacement> StateLayout::Placements(int64_t capacity) const {
 }
 
 std::string StateLayout::CanonicalString() const {
-  std::string out = absl::StrCat(
-      "statecache-layout/v1;align=", kLayoutAlignment,
-      ";arrangement=", Av(ArrangementName(arrangement_)),
-      ";layers=", num_layers_, ";");
+  std::string out =
+      absl::StrCat("statecache-layout/v1;align=", kLayoutAlignment,
+                   ";arrangement=", Av(ArrangementName(arrangement_)),
+                   ";layers=", num_layers_, ";");
   for (const StateTensorSpec& t : tensors_) {
     absl::StrAppend(&out, "tensor=", t.name, ":", Av(DTypeName(t.dtype)), ":",
                     absl::StrJoin(t.shape, "x"), ";");

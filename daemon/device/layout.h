@@ -89,12 +89,12 @@ struct StateTensorSpec {
 // Where one (tensor, layer) lies for a given capacity. All values in bytes.
 // Slot s's piece is [offset + s * slot_stride, ... + bytes).
 struct TensorPlacement {
-  int tensor = 0;            // index into StateLayout::tensors()
-  int64_t layer = 0;         // 0 .. num_layers-1 (state layers only)
-  uint64_t offset = 0;       // slot 0's piece, from the region base
-  uint64_t slot_stride = 0;  // from slot s's piece to slot s+1's
-  uint64_t bytes = 0;        // one piece, unpadded: prod(shape) * dtype size
-  uint64_t padded_bytes = 0; // bytes rounded up to kLayoutAlignment
+  int tensor = 0;             // index into StateLayout::tensors()
+  int64_t layer = 0;          // 0 .. num_layers-1 (state layers only)
+  uint64_t offset = 0;        // slot 0's piece, from the region base
+  uint64_t slot_stride = 0;   // from slot s's piece to slot s+1's
+  uint64_t bytes = 0;         // one piece, unpadded: prod(shape) * dtype size
+  uint64_t padded_bytes = 0;  // bytes rounded up to kLayoutAlignment
   std::vector<uint64_t> strides;  // per shape dimension, row-major
   friend bool operator==(const TensorPlacement&,
                          const TensorPlacement&) = default;

@@ -10,8 +10,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/core/status_macros.h"
-#include "nlohmann/json.hpp"
 #include "daemon/device/string_view_compat.h"
+#include "nlohmann/json.hpp"
 
 namespace statecache {
 namespace {
@@ -176,8 +176,9 @@ std::string LayoutToJson(const StateLayout& layout) {
   root["num_layers"] = layout.num_layers();
   Json tensors = Json::array();
   for (const StateTensorSpec& t : layout.tensors()) {
-    tensors.push_back(
-        {{"name", t.name}, {"dtype", std::string(DTypeName(t.dtype))}, {"shape", t.shape}});
+    tensors.push_back({{"name", t.name},
+                       {"dtype", std::string(DTypeName(t.dtype))},
+                       {"shape", t.shape}});
   }
   root["tensors"] = std::move(tensors);
   return root.dump(2);

@@ -26,7 +26,8 @@ absl::StatusOr<StateLayout> Qwen3Next80B(int num_spec,
                                          Arrangement arrangement) {
   constexpr int64_t kKeyHeads = 16, kValueHeads = 32, kKeyDim = 128,
                     kValueDim = 128, kConvKernel = 4;
-  constexpr int64_t kConvDim = 2 * kKeyHeads * kKeyDim + kValueHeads * kValueDim;
+  constexpr int64_t kConvDim =
+      2 * kKeyHeads * kKeyDim + kValueHeads * kValueDim;
   return StateLayout::Create(
       "qwen3-next-80b-a3b",
       {{"conv", {kConvKernel - 1 + num_spec, kConvDim}, DType::kBF16},
@@ -44,8 +45,7 @@ absl::StatusOr<StateLayout> Qwen3Next80B(int num_spec,
 //              ssm_state_size = 8192 + 2048 = 10240 (x, B and C);
 //   conv state [4 - 1 + num_spec, 10240];
 //   ssm state [mamba_num_heads, mamba_head_dim, ssm_state_size] = 128x64x128.
-absl::StatusOr<StateLayout> NemotronH8B(int num_spec,
-                                        Arrangement arrangement) {
+absl::StatusOr<StateLayout> NemotronH8B(int num_spec, Arrangement arrangement) {
   constexpr int64_t kHeads = 128, kHeadDim = 64, kState = 128, kGroups = 8,
                     kConvKernel = 4;
   constexpr int64_t kConvDim = kHeads * kHeadDim + 2 * kGroups * kState;
@@ -113,10 +113,9 @@ absl::StatusOr<StateLayout> LayoutPreset(std::string_view model, int num_spec,
   }
   const std::vector<std::string_view> known = LayoutPresetNames();
   const std::vector<std::string> names(known.begin(), known.end());
-  return absl::NotFoundError(
-      absl::StrCat("no layout preset for model \"", Av(model), "\" (known: ",
-                   absl::StrJoin(names, ", "),
-                   "; or pass a layout file)"));
+  return absl::NotFoundError(absl::StrCat(
+      "no layout preset for model \"", Av(model),
+      "\" (known: ", absl::StrJoin(names, ", "), "; or pass a layout file)"));
 }
 
 }  // namespace statecache

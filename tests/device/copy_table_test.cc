@@ -107,7 +107,8 @@ TEST(CopyTableTest, TableEqualsPieceByPieceCopies) {
       std::vector<SlotPair> pairs;
       const int n = 1 + static_cast<int>(rng() % (capacity / 2));
       for (int i = 0; i < n; ++i) pairs.push_back({slots[i], slots[n + i]});
-      absl::StatusOr<CopyTable> t = BuildCopyTable(l, capacity, capacity, pairs);
+      absl::StatusOr<CopyTable> t =
+          BuildCopyTable(l, capacity, capacity, pairs);
       ASSERT_TRUE(t.ok()) << t.status();
       EXPECT_TRUE(ValidateCopyTable(t->descriptors, bytes, bytes, true).ok());
       EXPECT_EQ(t->total_bytes, n * l.bytes_per_slot());
@@ -118,9 +119,10 @@ TEST(CopyTableTest, TableEqualsPieceByPieceCopies) {
       for (const auto& [src, dst] : pairs) {
         for (int64_t layer = 0; layer < l.num_layers(); ++layer) {
           for (int tensor = 0; tensor < l.num_tensors(); ++tensor) {
-            std::memcpy(want.data() + l.PieceOffset(tensor, layer, dst, capacity),
-                        region.data() + l.PieceOffset(tensor, layer, src, capacity),
-                        l.padded_piece_bytes(tensor));
+            std::memcpy(
+                want.data() + l.PieceOffset(tensor, layer, dst, capacity),
+                region.data() + l.PieceOffset(tensor, layer, src, capacity),
+                l.padded_piece_bytes(tensor));
           }
         }
       }
@@ -139,18 +141,19 @@ TEST(CopyTableTest, ValidateFindsOverlapsAndOverruns) {
     std::string message;  // empty: valid
   };
   const std::vector<Case> cases = {
-      {{{0, 100, 50}, {0, 200, 50}}, true, ""},          // fan-out
+      {{{0, 100, 50}, {0, 200, 50}}, true, ""},            // fan-out
       {{{0, 100, 50}, {300, 120, 50}}, true, "overlaps"},  // dst/dst
       {{{0, 100, 50}, {120, 300, 50}}, true, "overlaps"},  // src/dst
-      {{{0, 100, 50}, {120, 300, 50}}, false, ""},  // separate regions
-      {{{0, 30, 50}}, true, "overlaps"},               // itself
+      {{{0, 100, 50}, {120, 300, 50}}, false, ""},         // separate regions
+      {{{0, 30, 50}}, true, "overlaps"},                   // itself
       {{{990, 0, 20}}, true, "outside the source region"},
       {{{0, 990, 20}}, false, "outside the destination region"},
       {{{0, 10, 0}}, true, "zero bytes"},
       {{{0, 500, 10}, {0, 400, 150}}, true, "overlaps"},
   };
   for (const Case& c : cases) {
-    absl::Status s = ValidateCopyTable(c.table, kRegion, kRegion, c.same_region);
+    absl::Status s =
+        ValidateCopyTable(c.table, kRegion, kRegion, c.same_region);
     if (c.message.empty()) {
       EXPECT_TRUE(s.ok()) << s;
     } else {

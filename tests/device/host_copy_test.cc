@@ -10,6 +10,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/copy_table.h"
+#include "kernels/streaming_copy.h"
 
 namespace statecache {
 namespace {
@@ -29,8 +30,9 @@ std::vector<CopyDescriptor> RandomTable(std::mt19937_64& rng, uint64_t region,
     const uint64_t bytes =
         1 + rng() % std::min<uint64_t>(max_bytes, segment - 64);
     const uint64_t dst = segments[i] + rng() % (segment - bytes);
-    const uint64_t src_base =
-        same_region ? segments[count + i] : rng() % (region / segment) * segment;
+    const uint64_t src_base = same_region
+                                  ? segments[count + i]
+                                  : rng() % (region / segment) * segment;
     const uint64_t src = src_base + rng() % (segment - bytes);
     table.push_back({src, dst, bytes});
   }
@@ -50,11 +52,20 @@ TEST(HostCopyTest, MatchesMemcpyOnRandomTables) {
   std::vector<uint8_t> a(kRegion), b(kRegion), want_a, want_b;
   for (uint8_t& x : a) x = static_cast<uint8_t>(rng());
   for (uint8_t& x : b) x = static_cast<uint8_t>(rng());
-  // Options that force the pool on small tables, and the defaults.
+  // that force the pool on small tables, streaming on small tables
+  // (or never), and the defaults.
   const std::vector<HostCopierOptions> configs = {
       {.num_threads = 1},
+      {.num_threads = 1, .streaming_bytes = 0},
       {.num_threads = 3, .inline_bytes = 0, .min_share_bytes = 1},
-      {.num_threads = 4, .inline_bytes = 1 << 10, .min_share_bytes = 1 << 12},
+      {.num_threads = 3,
+       .inline_bytes = 0,
+       .min_share_bytes = 1,
+       .streaming_bytes = 0},
+      {.num_threads = 4,
+       .inline_bytes = 1 << 10,
+       .min_share_bytes = 1 << 12,
+       .streaming_bytes = ~uint64_t{0}},
       {},
   };
   for (const HostCopierOptions& options : configs) {
@@ -97,7 +108,8 @@ TEST(HostCopyTest, OneLargeDescriptorIsSharedAndExact) {
 }
 
 TEST(HostCopyTest, ConcurrentCallersAreSerialisedCorrectly) {
-  HostCopier copier({.num_threads = 3, .inline_bytes = 0, .min_share_bytes = 1});
+  HostCopier copier(
+      {.num_threads = 3, .inline_bytes = 0, .min_share_bytes = 1});
   const uint64_t kBytes = 4 << 20;
   std::vector<std::thread> callers;
   std::vector<int> failures(4, 0);
@@ -116,6 +128,32 @@ TEST(HostCopyTest, ConcurrentCallersAreSerialisedCorrectly) {
   }
   for (std::thread& t : callers) t.join();
   EXPECT_EQ(failures, std::vector<int>(4, 0));
+}
+
+TEST(StreamingCopyTest, EveryAlignmentAndLength) {
+  std::mt19937_64 rng(17);
+  std::vector<uint8_t> src(3 * 8192 + 512);
+  for (uint8_t& x : src) x = static_cast<uint8_t>(rng());
+  std::vector<size_t> lengths;
+  for (size_t n = 0; n <= 600; ++n) lengths.push_back(n);
+  // Around the two-page threshold and the 128-byte steps after it.
+  for (size_t n = 8192 - 3; n <= 8192 + 300; ++n) lengths.push_back(n);
+  for (size_t n : {16384 + 77, 3 * 8192 + 1}) lengths.push_back(n);
+  for (size_t n : lengths) {
+    for (size_t src_off : {0, 1, 16, 63}) {
+      for (size_t dst_off : {0, 5, 32, 64}) {
+        std::vector<uint8_t> dst(n + 128, 0xEE);
+        StreamingCopy(dst.data() + dst_off, src.data() + src_off, n);
+        StreamingFence();
+        ASSERT_EQ(std::memcmp(dst.data() + dst_off, src.data() + src_off, n), 0)
+            << n << " " << src_off << " " << dst_off;
+        for (size_t i = 0; i < dst_off; ++i) ASSERT_EQ(dst[i], 0xEE);
+        for (size_t i = dst_off + n; i < dst.size(); ++i) {
+          ASSERT_EQ(dst[i], 0xEE);
+        }
+      }
+    }
+  }
 }
 
 TEST(HostCopyTest, EmptyTableIsANoOp) {

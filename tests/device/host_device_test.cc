@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,12 @@
 #include "tests/device/probe_process.h"
 
 namespace statecache {
+
+// Test names and skip lines say "slot_major", not "1-byte object <00>".
+void PrintTo(Arrangement arrangement, std::ostream* os) {
+  *os << ArrangementName(arrangement);
+}
+
 namespace {
 
 using ::testing::HasSubstr;
@@ -55,8 +62,7 @@ std::string Sources(const std::vector<int64_t>& sources) {
 class HostDeviceTest : public ::testing::TestWithParam<Arrangement> {
  protected:
   std::unique_ptr<HostDevice> MakeDevice(const StateLayout& layout,
-                                         int64_t num_slots,
-                                         int64_t max_slots) {
+                                         int64_t num_slots, int64_t max_slots) {
     HostDeviceOptions options;
     options.layout = layout.WithArrangement(GetParam());
     options.num_slots = num_slots;
@@ -64,8 +70,8 @@ class HostDeviceTest : public ::testing::TestWithParam<Arrangement> {
     options.epoch = NextEpoch();
     options.prefix = kPrefix;
     // Every copy goes through the thread pool, not only large ones.
-    options.copier = {.num_threads = 3, .inline_bytes = 0,
-                      .min_share_bytes = 1};
+    options.copier = {
+        .num_threads = 3, .inline_bytes = 0, .min_share_bytes = 1};
     absl::StatusOr<std::unique_ptr<HostDevice>> device =
         HostDevice::Create(options);
     EXPECT_TRUE(device.ok()) << device.status();
@@ -74,19 +80,17 @@ class HostDeviceTest : public ::testing::TestWithParam<Arrangement> {
 
   std::string Open(testing::ProbeProcess& probe, const HostDevice& device) {
     const RegionExport region = device.Export();
-    return probe.Ask(absl::StrCat("open ", region.handle, " ",
-                                  WriteLayoutFile(device.layout()), " ",
-                                  region.num_slots, " ",
-                                  region.capacity_slots));
+    return probe.Ask(absl::StrCat(
+        "open ", region.handle, " ", WriteLayoutFile(device.layout()), " ",
+        region.num_slots, " ", region.capacity_slots));
   }
 };
 
 // Padding in every piece: 240 + 120 (-> 128) bytes per layer, 4 layers.
 StateLayout PaddedLayout() {
-  return *StateLayout::Create("padded",
-                              {{"conv", {3, 40}, DType::kBF16},
-                               {"ssm", {2, 5, 3}, DType::kF32}},
-                              4);
+  return *StateLayout::Create(
+      "padded",
+      {{"conv", {3, 40}, DType::kBF16}, {"ssm", {2, 5, 3}, DType::kF32}}, 4);
 }
 
 TEST_P(HostDeviceTest, AnotherProcessSeesEveryCopiedByte) {
@@ -96,8 +100,8 @@ TEST_P(HostDeviceTest, AnotherProcessSeesEveryCopiedByte) {
   ASSERT_EQ(Open(probe, *device), "ok");
   ASSERT_EQ(probe.Ask("write 5 0 1 2 3 4 5 6 7"), "ok");
   // Before any copy: the probe's writes, zeros elsewhere.
-  ASSERT_EQ(probe.Ask("verify 5 " + Sources({0, 1, 2, 3, 4, 5, 6, 7, -1, -1,
-                                             -1, -1, -1, -1, -1, -1})),
+  ASSERT_EQ(probe.Ask("verify 5 " + Sources({0, 1, 2, 3, 4, 5, 6, 7, -1, -1, -1,
+                                             -1, -1, -1, -1, -1})),
             "ok");
 
   // A run of neighbours, a fan-out and a lone pair, in one batch.
@@ -116,15 +120,15 @@ TEST_P(HostDeviceTest, AnotherProcessSeesEveryCopiedByte) {
   // Relocation-style copies downwards, then overwrite a source.
   ASSERT_TRUE(device->Copy({{{15, 11}, {13, 14}}}).ok());
   ASSERT_TRUE(device->Copy({{{3, 0}}}).ok());
-  EXPECT_EQ(probe.Ask("verify 5 " + Sources({3, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2,
-                                             7, 5, 5, 5, 7})),
+  EXPECT_EQ(probe.Ask("verify 5 " + Sources({3, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 7,
+                                             5, 5, 5, 7})),
             "ok");
 
   // A refused batch copies nothing.
   absl::StatusOr<CopyResult> refused = device->Copy({{{1, 2}, {2, 4}}});
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(probe.Ask("verify 5 " + Sources({3, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2,
-                                             7, 5, 5, 5, 7})),
+  EXPECT_EQ(probe.Ask("verify 5 " + Sources({3, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 7,
+                                             5, 5, 5, 7})),
             "ok");
   EXPECT_EQ(probe.Ask("quit"), "ok");
 }
@@ -193,8 +197,7 @@ TEST_P(HostDeviceTest, ExportDescribesTheRegion) {
   EXPECT_THAT(region.handle, StartsWith(absl::StrCat("/", kPrefix, "-")));
   EXPECT_EQ(region.device_ordinal, -1);
   EXPECT_EQ(region.num_slots, 6);
-  const int64_t capacity =
-      GetParam() == Arrangement::kSlotMajor ? 6 : 10;
+  const int64_t capacity = GetParam() == Arrangement::kSlotMajor ? 6 : 10;
   EXPECT_EQ(region.capacity_slots, capacity);
   EXPECT_EQ(region.region_bytes, device->layout().RegionBytes(capacity));
   EXPECT_EQ(region.placements, device->layout().Placements(capacity));
@@ -207,6 +210,10 @@ TEST_P(HostDeviceTest, ExportDescribesTheRegion) {
   const char* daemon_piece =
       device->base() + device->layout().PieceOffset(1, 3, 5, capacity);
   EXPECT_EQ(reinterpret_cast<const float*>(daemon_piece)[7], 42.0f);
+
+  RegionExport other = region;
+  other.handle = "/statecache_test-other";
+  EXPECT_EQ(client->Remap(other).code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST_P(HostDeviceTest, ModeAndUnlinkOnDestruction) {

@@ -86,8 +86,7 @@ TEST(LayoutFileTest, RefusalsNameTheField) {
       {R"({"num_layers": 2, "arrangement": "diagonal", "tensors": [)" +
            good_tensor + "]}",
        "arrangement: unknown arrangement"},
-      {R"({"format": "v0", "num_layers": 2, "tensors": [)" + good_tensor +
-           "]}",
+      {R"({"format": "v0", "num_layers": 2, "tensors": [)" + good_tensor + "]}",
        "format: must be \"statecache-layout/v1\""},
       {R"({"name": 5, "num_layers": 2, "tensors": [)" + good_tensor + "]}",
        "name: must be a string"},

@@ -28,9 +28,9 @@ StateLayout MustCreate(std::vector<StateTensorSpec> tensors, int64_t layers,
 
 // A layout with odd sizes, so padding shows up everywhere.
 StateLayout OddLayout(Arrangement arrangement) {
-  return MustCreate({{"a", {3}, DType::kF16},           // 6 -> 16
-                     {"b", {5, 7}, DType::kF8E4M3},     // 35 -> 48
-                     {"c", {2, 2, 2}, DType::kF32}},    // 32 -> 32
+  return MustCreate({{"a", {3}, DType::kF16},         // 6 -> 16
+                     {"b", {5, 7}, DType::kF8E4M3},   // 35 -> 48
+                     {"c", {2, 2, 2}, DType::kF32}},  // 32 -> 32
                     3, arrangement);
 }
 
@@ -51,10 +51,10 @@ TEST(LayoutTest, Qwen3NextBytesByHand) {
   absl::StatusOr<StateLayout> q = LayoutPreset("qwen3-next-80b-a3b");
   ASSERT_TRUE(q.ok()) << q.status();
   EXPECT_EQ(q->num_layers(), 36);
-  EXPECT_EQ(q->piece_bytes(0), 3u * 8192 * 2);          // 49152
-  EXPECT_EQ(q->piece_bytes(1), 32u * 128 * 128 * 2);    // 1048576
-  EXPECT_EQ(q->layer_bytes(), 49152u + 1048576u);       // 1097728
-  EXPECT_EQ(q->bytes_per_slot(), 36u * 1097728u);       // 39518208
+  EXPECT_EQ(q->piece_bytes(0), 3u * 8192 * 2);        // 49152
+  EXPECT_EQ(q->piece_bytes(1), 32u * 128 * 128 * 2);  // 1048576
+  EXPECT_EQ(q->layer_bytes(), 49152u + 1048576u);     // 1097728
+  EXPECT_EQ(q->bytes_per_slot(), 36u * 1097728u);     // 39518208
   EXPECT_EQ(q->bytes_per_slot(), 39518208u);
   EXPECT_EQ(q->RegionBytes(1000), 39518208000u);
 
@@ -157,8 +157,8 @@ TEST(LayoutTest, DistinctSlotsAreDisjointAndTheRegionIsCovered) {
       // arrangements.
       uint64_t at = 0;
       for (const auto& [begin, end] : ranges) {
-        ASSERT_EQ(begin, at) << layout.DebugString() << " capacity "
-                             << capacity;
+        ASSERT_EQ(begin, at)
+            << layout.DebugString() << " capacity " << capacity;
         at = end;
       }
       EXPECT_EQ(at, layout.RegionBytes(capacity));
@@ -170,8 +170,8 @@ TEST(LayoutTest, PlacementsAgreeWithPieceOffsets) {
   for (const StateLayout& layout : AllTestLayouts()) {
     const int64_t capacity = 6;
     const std::vector<TensorPlacement> all = layout.Placements(capacity);
-    ASSERT_EQ(all.size(), static_cast<size_t>(layout.num_layers() *
-                                              layout.num_tensors()));
+    ASSERT_EQ(all.size(),
+              static_cast<size_t>(layout.num_layers() * layout.num_tensors()));
     for (const TensorPlacement& p : all) {
       EXPECT_EQ(&p - all.data(), p.layer * layout.num_tensors() + p.tensor);
       EXPECT_EQ(p, layout.Place(p.tensor, p.layer, capacity));
@@ -261,7 +261,8 @@ TEST(LayoutTest, FingerprintChangesWhenAnythingChanges) {
   }
   EXPECT_NE(MustCreate(base, 6).fingerprint(), fp);
   EXPECT_NE(MustCreate(base, 5, Arrangement::kLayerMajor).fingerprint(), fp);
-  EXPECT_NE(MustCreate(base, 5).WithArrangement(Arrangement::kLayerMajor)
+  EXPECT_NE(MustCreate(base, 5)
+                .WithArrangement(Arrangement::kLayerMajor)
                 .fingerprint(),
             fp);
   EXPECT_NE(LayoutPreset("qwen3-next-80b-a3b", 1)->fingerprint(),
@@ -280,10 +281,12 @@ TEST(LayoutTest, CreateRefusesBadLayoutsNamingTheField) {
       {{{"a", {1}, DType::kF16}}, kMaxLayoutLayers + 1, "num_layers"},
       {{{"", {1}, DType::kF16}}, 1, "tensors[0].name"},
       {{{"a b", {1}, DType::kF16}}, 1, "tensors[0].name"},
-      {{{"a", {1}, DType::kF16}, {"a", {1}, DType::kF16}}, 1,
+      {{{"a", {1}, DType::kF16}, {"a", {1}, DType::kF16}},
+       1,
        "tensors[1].name"},
       {{{"a", {}, DType::kF16}}, 1, "tensors[0].shape"},
-      {{{"a", {1, 1, 1, 1, 1, 1, 1, 1, 1}, DType::kF16}}, 1,
+      {{{"a", {1, 1, 1, 1, 1, 1, 1, 1, 1}, DType::kF16}},
+       1,
        "tensors[0].shape"},
       {{{"a", {4, 0}, DType::kF16}}, 1, "tensors[0].shape[1]"},
       {{{"a", {4, -3}, DType::kF16}}, 1, "tensors[0].shape[1]"},

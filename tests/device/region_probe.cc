@@ -114,8 +114,8 @@ int Main() {
       uint64_t epoch = 0;
       in >> options.prefix >> epoch;
       options.epoch = epoch;
-      options.layout = *StateLayout::Create(
-          "probe", {{"x", {16}, DType::kF32}}, 1);
+      options.layout =
+          *StateLayout::Create("probe", {{"x", {16}, DType::kF32}}, 1);
       options.num_slots = 1;
       absl::StatusOr<std::unique_ptr<HostDevice>> created =
           HostDevice::Create(options);

@@ -1,6 +1,4 @@
 // Shared-memory names and the cleanup of objects whose daemon died.
-#include "daemon/device/shm_name.h"
-
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -12,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/device/host_device.h"
+#include "daemon/device/shm_name.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/device/probe_process.h"
@@ -76,14 +75,13 @@ TEST(ShmNameTest, OwnerLiveness) {
 TEST(ShmCleanupTest, RemovesOnlyObjectsOfDeadOwners) {
   const std::string prefix = absl::StrCat("sccleanup", getpid());
   const ShmOwner me = CurrentShmOwner();
-  const std::string dead =
-      FormatShmName(prefix, 1, {DeadPid(), 5}).substr(1);
+  const std::string dead = FormatShmName(prefix, 1, {DeadPid(), 5}).substr(1);
   const std::string reused =
       FormatShmName(prefix, 2, {me.pid, me.start_time + 7}).substr(1);
   const std::string live = FormatShmName(prefix, 3, me).substr(1);
   const std::string junk = prefix + "-not-a-daemon";
-  const std::string other = FormatShmName(prefix + "x", 4, {DeadPid(), 5})
-                                .substr(1);
+  const std::string other =
+      FormatShmName(prefix + "x", 4, {DeadPid(), 5}).substr(1);
   for (const std::string& name : {dead, reused, live, junk, other}) {
     MakeObject(name);
   }
@@ -119,7 +117,7 @@ TEST(ShmCleanupTest, KilledDaemonsObjectIsRemoved) {
     ASSERT_TRUE(none.ok());
     EXPECT_TRUE(none->empty());
     kill(probe.pid(), SIGKILL);
-  }  // reaped here
+  }                           // reaped here
   EXPECT_TRUE(Exists(name));  // nobody unlinked it
   absl::StatusOr<std::vector<std::string>> removed =
       HostDevice::CleanupStale(prefix);

@@ -3,8 +3,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -20,6 +22,12 @@
 #include "kernels/gpu_runtime.h"
 
 namespace statecache {
+
+// Test names and skip lines say "slot_major", not "1-byte object <00>".
+void PrintTo(Arrangement arrangement, std::ostream* os) {
+  *os << ArrangementName(arrangement);
+}
+
 namespace {
 
 constexpr char kChildEnv[] = "STATECACHE_GPU_IPC_CHILD";
@@ -46,7 +54,8 @@ std::vector<uint8_t> RandomBytes(size_t n, uint64_t seed) {
   return bytes;
 }
 
-void Reference(absl::Span<const CopyDescriptor> table, std::vector<uint8_t>& region) {
+void Reference(absl::Span<const CopyDescriptor> table,
+               std::vector<uint8_t>& region) {
   for (const CopyDescriptor& d : table) {
     std::memmove(region.data() + d.dst_offset, region.data() + d.src_offset,
                  d.bytes);
@@ -110,9 +119,10 @@ TEST_P(GpuDeviceTest, CopiesQwen3NextSlots) {
   ASSERT_TRUE(device.ok()) << device.status();
   const uint64_t bytes = options.layout.RegionBytes(16);
   std::vector<uint8_t> host = RandomBytes(bytes, 99);
-  ASSERT_HIP(hipMemcpy((*device)->base(), host.data(), bytes,
-                       hipMemcpyHostToDevice));
-  const std::vector<SlotPair> pairs = {{0, 8}, {1, 9}, {2, 10}, {5, 11}, {5, 7}};
+  ASSERT_HIP(
+      hipMemcpy((*device)->base(), host.data(), bytes, hipMemcpyHostToDevice));
+  const std::vector<SlotPair> pairs = {
+      {0, 8}, {1, 9}, {2, 10}, {5, 11}, {5, 7}};
   absl::StatusOr<CopyTable> table =
       BuildCopyTable(options.layout, 16, 12, pairs);
   ASSERT_TRUE(table.ok());
@@ -121,8 +131,8 @@ TEST_P(GpuDeviceTest, CopiesQwen3NextSlots) {
   ASSERT_TRUE(copied.ok()) << copied.status();
   EXPECT_EQ(copied->bytes, 5 * options.layout.bytes_per_slot());
   std::vector<uint8_t> got(bytes);
-  ASSERT_HIP(hipMemcpy(got.data(), (*device)->base(), bytes,
-                       hipMemcpyDeviceToHost));
+  ASSERT_HIP(
+      hipMemcpy(got.data(), (*device)->base(), bytes, hipMemcpyDeviceToHost));
   EXPECT_TRUE(got == host);
 
   EXPECT_EQ((*device)->Copy({{{1, 12}}}).status().code(),
@@ -206,8 +216,8 @@ TEST_F(GpuTest, IpcHandleOpensInAnotherProcess) {
   ASSERT_TRUE(WIFEXITED(status));
   ASSERT_EQ(WEXITSTATUS(status), 0) << "the child failed (see its output)";
   std::vector<uint8_t> got(slot);
-  ASSERT_HIP(hipMemcpy(got.data(), base + 2 * slot, slot,
-                       hipMemcpyDeviceToHost));
+  ASSERT_HIP(
+      hipMemcpy(got.data(), base + 2 * slot, slot, hipMemcpyDeviceToHost));
   EXPECT_EQ(got, std::vector<uint8_t>(slot, 0x22));
 }
 
