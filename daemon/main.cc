@@ -51,6 +51,10 @@
 #include "absl/time/time.h"
 #include "client/default_address.h"
 #include "daemon/core/state_transfer.h"
+#include "daemon/device/device.h"
+#include "daemon/device/host_device.h"
+#include "daemon/device/layout_file.h"
+#include "daemon/device/layout_presets.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/service/grpc_service.h"
 #include "daemon/service/log.h"
@@ -98,6 +102,26 @@ ABSL_FLAG(int, ready_fd, -1,
           "If >= 0, write \"ready\\n\" to this fd once serving, then close "
           "it.");
 ABSL_FLAG(int, v, 0, "Log verbosity: 0 = events, 1 = also one line per RPC.");
+ABSL_FLAG(std::string, model, "",
+          "State layout preset (e.g. qwen3-next-80b-a3b, nemotron-h-8b, "
+          "jamba-v0.1, or a Hugging Face repo id of one). With neither --model "
+          "nor --layout the daemon keeps no state memory: slot decisions only.");
+ABSL_FLAG(std::string, layout, "",
+          "State layout file (JSON; see daemon/device/layout_file.h). "
+          "Overrides --model.");
+ABSL_FLAG(bool, layer_major, false,
+          "Arrange the region [layer][tensor][slot] (as ATOM and vLLM "
+          "allocate it) instead of slot-major (one slot = one contiguous "
+          "range: cheap copies, shrinks from the tail). Layer-major regions "
+          "are laid out once for --max_slots.");
+ABSL_FLAG(std::string, device_backend, "host",
+          "Where the state lives: host (POSIX shared memory), or hip / cuda "
+          "/ gpu when built with a GPU flavour. GPU regions are reserved for "
+          "--max_slots at start and cannot grow past it.");
+ABSL_FLAG(int, device, 0, "GPU ordinal for the hip/cuda backends.");
+ABSL_FLAG(std::string, shm_mode, "0600",
+          "Mode of the host backend's shared-memory object (octal).");
+ABSL_FLAG(int, copy_threads, 4, "Host backend: threads of the copy engine.");
 ABSL_FLAG(std::string, metrics_address, "127.0.0.1:9400",
           "host:port serving Prometheus metrics at /metrics (port 0 picks "
           "one and logs it); empty disables. Loopback by default: the "
@@ -160,6 +184,53 @@ absl::StatusOr<StateCacheOptions> OptionsFromFlags() {
   options.max_operations_per_step = absl::GetFlag(FLAGS_max_ops_per_step);
   if (options.max_operations_per_step < 1) {
     return absl::InvalidArgumentError("--max_ops_per_step must be >= 1");
+  }
+  // The state memory, when a layout is given. Its shm name carries the
+  // epoch, so the epoch is chosen here rather than by StateCache.
+  const std::string layout_file = absl::GetFlag(FLAGS_layout);
+  const std::string model = absl::GetFlag(FLAGS_model);
+  if (!layout_file.empty() || !model.empty()) {
+    const Arrangement arrangement = absl::GetFlag(FLAGS_layer_major)
+                                        ? Arrangement::kLayerMajor
+                                        : Arrangement::kSlotMajor;
+    absl::StatusOr<StateLayout> layout =
+        layout_file.empty()
+            ? LayoutPreset(model, options.identity.num_spec(), arrangement)
+            : LoadLayoutFile(layout_file);
+    if (!layout.ok()) return layout.status();
+    if (!layout_file.empty()) *layout = layout->WithArrangement(arrangement);
+    const uint64_t nanos = static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
+    options.epoch = (nanos & ~uint64_t{0xffff}) |
+                    (static_cast<uint64_t>(::getpid()) & 0xffff);
+    DeviceOptions device;
+    device.backend = absl::GetFlag(FLAGS_device_backend);
+    device.layout = *std::move(layout);
+    device.num_slots = options.num_slots;
+    device.max_slots = max_slots;
+    device.epoch = options.epoch;
+    device.device = absl::GetFlag(FLAGS_device);
+    device.copy_threads = absl::GetFlag(FLAGS_copy_threads);
+    unsigned mode = 0;
+    char trailing = 0;
+    if (std::sscanf(absl::GetFlag(FLAGS_shm_mode).c_str(), "%o%c", &mode,
+                    &trailing) != 1 ||
+        mode > 0777) {
+      return absl::InvalidArgumentError("--shm_mode must be octal, e.g. 0600");
+    }
+    device.shm_mode = static_cast<mode_t>(mode);
+    if (device.backend == "host") {
+      absl::StatusOr<std::vector<std::string>> removed =
+          HostDevice::CleanupStale(device.shm_prefix);
+      if (removed.ok()) {
+        for (const std::string& name : *removed) {
+          LOG_INFO("removed stale shared-memory object %s (its daemon died)",
+                   name);
+        }
+      }
+    }
+    absl::StatusOr<std::unique_ptr<Device>> created = CreateDevice(device);
+    if (!created.ok()) return created.status();
+    options.device = std::shared_ptr<Device>(std::move(*created));
   }
   return options;
 }
@@ -355,6 +426,19 @@ int Serve() {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   const std::string transfer_name = options->transfer.DebugString();
+  std::shared_ptr<Device> device = options->device;
+  const std::string backend_name =
+      device ? std::string(device->backend()) : std::string("none");
+  if (device) {
+    const RegionExport region = device->Export();
+    LOG_INFO("state memory: backend=%s layout=%s (%s) %d bytes/slot, %d bytes "
+             "committed, handle=%s",
+             backend_name, device->layout().name(), region.layout_fingerprint,
+             device->layout().bytes_per_slot(), device->CommittedBytes(),
+             backend_name == "host" ? region.handle : std::string("<ipc>"));
+  } else {
+    LOG_INFO("no --model or --layout: slot decisions only, no state memory");
+  }
   absl::StatusOr<std::unique_ptr<StateCache>> cache =
       StateCache::Create(*std::move(options));
   if (!cache.ok()) {
@@ -365,7 +449,7 @@ int Serve() {
   (*cache)->AddObserver(&events);
   Metrics metrics(cache->get(),
                   Metrics::Options{.version = STATECACHE_VERSION,
-                                   .backend = "host",
+                                   .backend = backend_name,
                                    .start_time = absl::Now()});
   const std::string metrics_address = absl::GetFlag(FLAGS_metrics_address);
   if (!metrics_address.empty()) {
@@ -374,6 +458,7 @@ int Serve() {
       return kExitServeError;
     }
     (*cache)->AddObserver(&metrics);
+    if (device) metrics.OnStateBytes(static_cast<int64_t>(device->CommittedBytes()));
     const std::vector<int> ports = metrics.ListeningPorts();
     LOG_INFO("metrics on http://%s/metrics (port %d)", metrics_address,
              ports.empty() ? 0 : ports[0]);

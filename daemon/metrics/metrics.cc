@@ -145,7 +145,10 @@ class Metrics::StatsCollector final : public prometheus::Collectable {
                                {{"state", "vacant"}}));
       out.push_back(std::move(f));
     }
-    one("statecache_slots_capacity", "Slots in the pool (num_slots).", G,
+    one("statecache_slots_capacity",
+        "Slots in the pool (num_slots); moves with resizes, and while a "
+        "shrink is giving slots up.",
+        G,
         static_cast<double>(s.slots_total()));
     one("statecache_indexed_checkpoints",
         "Checkpoints currently filed under a block hash.", G,
@@ -254,7 +257,11 @@ Metrics::Metrics(StateCache* cache, Options options)
   }
   auto& resizes = prometheus::BuildCounter()
                       .Name("statecache_resizes_total")
-                      .Help("Pool size changes, by direction.")
+                      .Help("Pool size changes, by direction, counted when "
+                            "they finish: a grow at once, a shrink once it "
+                            "reached its target (or its deadline, having "
+                            "given some slots up). Read with "
+                            "statecache_slots_capacity.")
                       .Register(*registry_);
   resizes_grow_ = &resizes.Add({{"direction", "grow"}});
   resizes_shrink_ = &resizes.Add({{"direction", "shrink"}});
@@ -344,7 +351,7 @@ void Metrics::OnCopy(CopyReason reason, int64_t bytes, double seconds) {
   copy_seconds_[r]->Increment(seconds);
 }
 
-void Metrics::SetStateBytes(int64_t bytes) {
+void Metrics::OnStateBytes(int64_t bytes) {
   state_bytes_->Set(static_cast<double>(bytes));
 }
 

@@ -35,9 +35,6 @@
 
 namespace statecache {
 
-// Why the daemon copied slot contents.
-enum class CopyReason { kRelocation, kCopy, kSnapshot, kCount };
-
 class Metrics final : public StateCacheObserver, public RpcObserver {
  public:
   struct Options {
@@ -67,10 +64,8 @@ class Metrics final : public StateCacheObserver, public RpcObserver {
   bool wants_operations() const override { return true; }
   void OnResize(int64_t from_slots, int64_t to_slots) override;
 
-  // The copy engine's report (issue 4 wires it).
-  void OnCopy(CopyReason reason, int64_t bytes, double seconds);
-  // Committed bytes of state memory (the device reports it).
-  void SetStateBytes(int64_t bytes);
+  void OnCopy(CopyReason reason, int64_t bytes, double seconds) override;
+  void OnStateBytes(int64_t bytes) override;
 
  private:
   class StatsCollector;

@@ -7,7 +7,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/container/flat_hash_set.h"
 #include "daemon/core/status_macros.h"
+#include "daemon/device/dtype.h"
 
 namespace statecache {
 namespace {
@@ -82,6 +84,7 @@ Clock* Clock::Real() {
 }
 
 struct StateCache::PendingResize {
+  absl::Status copy_error;  // first device failure, reported at the end
   int64_t from = 0;
   int64_t target = 0;
   absl::Time deadline;
@@ -109,6 +112,11 @@ absl::StatusOr<std::unique_ptr<StateCache>> StateCache::Create(
   if (options.identity.num_spec() < 0) {
     return absl::InvalidArgumentError("num_spec must be >= 0");
   }
+  if (options.device && options.device->num_slots() != options.num_slots) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the device holds ", options.device->num_slots(),
+        " slots, the pool is to have ", options.num_slots));
+  }
   ASSIGN_OR_RETURN(SlotPool pool,
                    SlotPool::Create(options.num_slots, options.transfer,
                                     options.identity.hash_block_size()));
@@ -118,6 +126,7 @@ absl::StatusOr<std::unique_ptr<StateCache>> StateCache::Create(
 
 StateCache::StateCache(StateCacheOptions options, SlotPool pool)
     : options_(std::move(options)),
+      device_(options_.device.get()),
       clock_(options_.clock ? options_.clock : Clock::Real()),
       epoch_(options_.epoch ? options_.epoch : PickEpoch(clock_)),
       start_time_(clock_->Now()),
@@ -199,6 +208,20 @@ absl::Status StateCache::Attach(const v1::AttachRequest& request,
         "identity mismatch: num_spec is ", got.num_spec(),
         ", this daemon's state layout has ", want.num_spec()));
   }
+  if (!got.layout_fingerprint().empty()) {
+    if (device_ == nullptr) {
+      return absl::FailedPreconditionError(
+          "identity mismatch: layout_fingerprint given, but this daemon runs "
+          "without state memory (no --model or --layout)");
+    }
+    const std::string want_fp = device_->layout().FingerprintHex();
+    if (got.layout_fingerprint() != want_fp) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "identity mismatch: layout_fingerprint is '",
+          got.layout_fingerprint(), "', this daemon's layout (",
+          device_->layout().name(), ") is '", want_fp, "'"));
+    }
+  }
   if (request.client_name().size() > kMaxIdBytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         "client_name is ", request.client_name().size(), " bytes; at most ",
@@ -218,6 +241,7 @@ absl::Status StateCache::Attach(const v1::AttachRequest& request,
   response->set_num_slots(pool_.num_slots());
   FillTransfer(pool_.transfer(), response->mutable_transfer());
   response->set_max_operations_per_step(options_.max_operations_per_step);
+  if (device_ != nullptr) FillMemory(response->mutable_memory());
   sessions_.emplace(session->id, std::move(session));
   return absl::OkStatus();
 }
@@ -439,6 +463,10 @@ absl::Status StateCache::RunOperation(Session& session,
       pool_.ClearIndex();
       result->mutable_clear_index();
       return absl::OkStatus();
+    case v1::Operation::kCopy:
+      return CopyOp(session, op.copy(), result->mutable_copy());
+    case v1::Operation::kSnapshot:
+      return SnapshotOp(session, op.snapshot(), result->mutable_snapshot());
     case v1::Operation::KIND_NOT_SET:
       break;
   }
@@ -745,6 +773,110 @@ void StateCache::ReleaseRequest(Session& session, Request& request) {
   }
 }
 
+// ------------------------------------------------------------------ copies
+
+absl::StatusOr<uint64_t> StateCache::RunCopy(
+    absl::Span<const std::pair<int64_t, int64_t>> pairs, CopyReason reason) {
+  ASSIGN_OR_RETURN(CopyResult done, device_->Copy(pairs));
+  for (StateCacheObserver* o : observers_) {
+    o->OnCopy(reason, static_cast<int64_t>(done.bytes),
+              absl::ToDoubleSeconds(done.elapsed));
+  }
+  return done.bytes;
+}
+
+absl::Status StateCache::CopyOp(Session& session, const v1::Copy& op,
+                                v1::CopyResult* result) {
+  ASSIGN_OR_RETURN(Request * request, FindRequest(session, op.request_id()));
+  if (device_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "copy: this daemon runs without state memory");
+  }
+  const int32_t n = static_cast<int32_t>(request->slots.size());
+  if (op.from_index() < 0 || op.from_index() >= n || op.to_index() < 0 ||
+      op.to_index() >= n || op.from_index() == op.to_index()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "copy: indices ", op.from_index(), " -> ", op.to_index(),
+        " must be two different indices of the request's ", n, " slots"));
+  }
+  const std::pair<int64_t, int64_t> pair{request->slots[op.from_index()],
+                                         request->slots[op.to_index()]};
+  ASSIGN_OR_RETURN(uint64_t bytes, RunCopy({&pair, 1}, CopyReason::kCopy));
+  result->set_bytes(bytes);
+  return absl::OkStatus();
+}
+
+absl::Status StateCache::SnapshotOp(Session& session, const v1::Snapshot& op,
+                                    v1::SnapshotResult* result) {
+  ASSIGN_OR_RETURN(Request * request, FindRequest(session, op.request_id()));
+  if (device_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "snapshot: this daemon runs without state memory");
+  }
+  if (op.hash() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("snapshot: hash ", op.hash(), " is negative"));
+  }
+  if (!pool_.transfer().readable_midstep()) {
+    return absl::FailedPreconditionError(
+        "snapshot: built on the midstep primitives, which this daemon's "
+        "transfer (readable_midstep=false) does not allow");
+  }
+  // The core's own primitives: reserve a destination (pop), copy the
+  // committed slot into it, publish it under the hash (index + LRU rules).
+  const Sequence seq = SequenceOf(*request);
+  const std::pair<int64_t, int64_t> position{op.position(), op.hash()};
+  ASSIGN_OR_RETURN(std::vector<Reservation> reserved,
+                   pool_.ReserveMidstep(seq, {&position, 1}));
+  if (reserved.empty()) {  // nothing free: counted as dropped by the pool
+    result->set_slot(-1);
+    result->set_kept(false);
+    return absl::OkStatus();
+  }
+  const std::pair<int64_t, int64_t> pair{request->slots[0], reserved[0].slot};
+  absl::StatusOr<uint64_t> copied = RunCopy({&pair, 1}, CopyReason::kSnapshot);
+  if (!copied.ok()) {
+    (void)pool_.CancelMidstep(reserved);  // nothing filed over unwritten bytes
+    return copied.status();
+  }
+  RETURN_IF_ERROR(pool_.PublishMidstep(reserved, seq));
+  result->set_slot(reserved[0].slot);
+  result->set_kept(true);
+  return absl::OkStatus();
+}
+
+void StateCache::FillMemory(v1::StateMemory* memory) const {
+  const RegionExport region = device_->Export();
+  memory->set_backend(region.backend);
+  memory->set_handle(region.handle);
+  memory->set_device_ordinal(region.device_ordinal);
+  memory->set_region_bytes(region.region_bytes);
+  memory->set_num_slots(region.num_slots);
+  memory->set_capacity_slots(region.capacity_slots);
+  memory->set_layout_name(region.layout.name());
+  memory->set_layout_fingerprint(region.layout_fingerprint);
+  memory->set_arrangement(region.layout.arrangement() == Arrangement::kSlotMajor
+                              ? "slot_major"
+                              : "layer_major");
+  memory->set_num_layers(region.layout.num_layers());
+  memory->set_bytes_per_slot(region.layout.bytes_per_slot());
+  for (const StateTensorSpec& t : region.layout.tensors()) {
+    v1::StateTensor* out = memory->add_tensors();
+    out->set_name(t.name);
+    out->set_dtype(std::string(DTypeName(t.dtype)));
+    for (int64_t d : t.shape) out->add_shape(d);
+  }
+  for (const TensorPlacement& p : region.placements) {
+    v1::TensorPlacement* out = memory->add_placements();
+    out->set_tensor(p.tensor);
+    out->set_layer(p.layer);
+    out->set_offset(p.offset);
+    out->set_slot_stride(p.slot_stride);
+    out->set_bytes(p.bytes);
+    for (uint64_t st : p.strides) out->add_strides(st);
+  }
+}
+
 // ------------------------------------------------------------------ resize
 
 void StateCache::Resize(const v1::ResizeRequest& request, ResizeDone done) {
@@ -764,8 +896,16 @@ void StateCache::Resize(const v1::ResizeRequest& request, ResizeDone done) {
       status = absl::AbortedError(
           absl::StrCat("a resize to ", resize_->target,
                        " slots is already in progress"));
+    } else if (target > from && device_ != nullptr &&
+               !(status = device_->Resize(target)).ok()) {
+      // The memory could not follow: the pool stays as it was.
     } else if (target >= from) {
       (void)pool_.Extend(target - from);
+      if (device_ != nullptr) {
+        for (StateCacheObserver* o : observers_) {
+          o->OnStateBytes(static_cast<int64_t>(device_->CommittedBytes()));
+        }
+      }
       if (static_cast<int64_t>(owners_.size()) < target) owners_.resize(target);
       response.set_num_slots(pool_.num_slots());
       if (target != from) {
@@ -794,6 +934,22 @@ void StateCache::Resize(const v1::ResizeRequest& request, ResizeDone done) {
 bool StateCache::AdvanceResize() {
   PendingResize& r = *resize_;
   const int64_t from = pool_.num_slots();
+  // Relocations are copied in batches; a pair whose source or destination a
+  // pending pair already touches (a slot moved twice) flushes the batch
+  // first, so each batch is order-independent.
+  std::vector<std::pair<int64_t, int64_t>> batch;
+  absl::flat_hash_set<int64_t> touched;
+  auto flush = [&] {
+    if (batch.empty()) return;
+    absl::StatusOr<uint64_t> copied = RunCopy(batch, CopyReason::kRelocation);
+    if (!copied.ok()) {
+      // The pool has moved on; a failed device copy is an internal error
+      // that the resize result reports.
+      r.copy_error = copied.status();
+    }
+    batch.clear();
+    touched.clear();
+  };
   while (pool_.num_slots() > r.target) {
     const int64_t top = pool_.num_slots() - 1;
     // A reservation's forward may be writing its slot: wait for its publish
@@ -806,6 +962,14 @@ bool StateCache::AdvanceResize() {
     if (ret.relocated_to >= 0) {
       r.response.set_relocated(r.response.relocated() + 1);
       (void)pool_.RecordRelocation(ret.retired, ret.relocated_to);
+      if (device_ != nullptr) {
+        if (touched.contains(ret.retired) || touched.contains(ret.relocated_to)) {
+          flush();
+        }
+        batch.emplace_back(ret.retired, ret.relocated_to);
+        touched.insert(ret.retired);
+        touched.insert(ret.relocated_to);
+      }
       if (!ret.held_checkpoint && owner.request != nullptr) {
         SlotOwner moved = owner;
         moved.request->slots[moved.index] = ret.relocated_to;
@@ -816,14 +980,28 @@ bool StateCache::AdvanceResize() {
       }
     }
   }
-  // The copy engine (host backend: none yet) consumes the relocation log.
+  flush();
+  // The copies above consumed the relocation log.
   (void)pool_.TakeRelocations();
-  (void)from;
+  if (device_ != nullptr && pool_.num_slots() != from) {
+    // The tail's content has moved down: give its memory back.
+    if (absl::Status st = device_->Resize(pool_.num_slots()); !st.ok()) {
+      r.copy_error = st;
+    }
+    for (StateCacheObserver* o : observers_) {
+      o->OnStateBytes(static_cast<int64_t>(device_->CommittedBytes()));
+    }
+  }
   return pool_.num_slots() == r.target;
 }
 
 std::function<void()> StateCache::FinishResize(absl::Status status) {
   std::unique_ptr<PendingResize> r = std::move(resize_);
+  if (status.ok() && !r->copy_error.ok()) {
+    status = absl::InternalError(absl::StrCat(
+        "resize reached its target but the state memory failed: ",
+        r->copy_error.ToString()));
+  }
   r->response.set_num_slots(pool_.num_slots());
   if (pool_.num_slots() != r->from) {
     for (StateCacheObserver* o : observers_) {
@@ -932,6 +1110,17 @@ void StateCache::GetStats(v1::GetStatsResponse* response) {
   response->set_resume_blocks_wanted(counters_.resume_blocks_wanted);
   response->set_resume_blocks_resumed(counters_.resume_blocks_resumed);
   response->set_draining(draining_);
+  response->set_max_slots(options_.max_slots);
+  if (device_ != nullptr) {
+    response->set_state_bytes(device_->CommittedBytes());
+    response->set_backend(std::string(device_->backend()));
+    response->set_layout_name(device_->layout().name());
+    response->set_bytes_per_slot(device_->layout().bytes_per_slot());
+    response->set_max_slots(std::min<int64_t>(options_.max_slots,
+                                              device_->max_slots()));
+  } else {
+    response->set_backend("none");
+  }
 }
 
 void StateCache::ListSessions(v1::ListSessionsResponse* response) {

@@ -30,6 +30,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "daemon/core/slot_pool.h"
+#include "daemon/device/device.h"
 #include "daemon/service/session.h"
 #include "proto/statecache/v1/statecache.pb.h"
 
@@ -55,7 +56,14 @@ struct StateCacheOptions {
   // Changes on every daemon start; 0 = pick one from the clock and /dev/urandom.
   uint64_t epoch = 0;
   Clock* clock = nullptr;  // nullptr = Clock::Real()
+  // The state memory and its copy engine; null = slot decisions only (no
+  // bytes: Attach carries no memory, copy/snapshot are refused, relocations
+  // are bookkeeping). REQUIRES: device->num_slots() == num_slots.
+  std::shared_ptr<Device> device;
 };
+
+// Why the daemon copied slot contents.
+enum class CopyReason { kRelocation, kCopy, kSnapshot, kCount };
 
 // Observer of core events, for metrics. Calls arrive with the core's mutex
 // held: implementations must be cheap and must not call back into StateCache.
@@ -73,6 +81,10 @@ class StateCacheObserver {
   virtual void OnOperation(v1::Operation::KindCase kind, absl::StatusCode code,
                            double seconds) {}
   virtual bool wants_operations() const { return false; }
+  // The copy engine ran one batch.
+  virtual void OnCopy(CopyReason reason, int64_t bytes, double seconds) {}
+  // The state memory now holds `bytes` (after start and every resize).
+  virtual void OnStateBytes(int64_t bytes) {}
 };
 
 class StateCache {
@@ -182,6 +194,16 @@ class StateCache {
   absl::Status ReleaseOp(Session& session, const std::string& request_id,
                          v1::ReleaseResult* result)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CopyOp(Session& session, const v1::Copy& op,
+                      v1::CopyResult* result) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status SnapshotOp(Session& session, const v1::Snapshot& op,
+                          v1::SnapshotResult* result)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs one batch on the device, reporting it to the observers.
+  absl::StatusOr<uint64_t> RunCopy(absl::Span<const std::pair<int64_t, int64_t>> pairs,
+                                   CopyReason reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FillMemory(v1::StateMemory* memory) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Releases every request of the session and every pin its clock holds,
   // then forgets it.
@@ -211,6 +233,7 @@ class StateCache {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const StateCacheOptions options_;
+  Device* const device_;  // options_.device, or null
   Clock* const clock_;
   const uint64_t epoch_;
   const absl::Time start_time_;
