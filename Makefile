@@ -33,13 +33,16 @@ test: test-main test-asan test-fuzz
 test-main: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
-# The pool core, the replay tool and the daemon core (StateCache) with
-# AddressSanitizer and UBSan, running their unit, parity and service tests.
+# The pool core, the replay tool, the daemon core (StateCache) and the
+# device layer (host shared memory, copy engine) with AddressSanitizer and
+# UBSan, running their unit, parity, service and device tests.
 test-asan: deps
 	@cmake -S . -B $(ASAN_BUILD) $(CMAKE_FLAGS) -DSTATECACHE_SANITIZE=ON >/dev/null
 	@cmake --build $(ASAN_BUILD) -j $(JOBS) --target \
-	  statecache_unit_tests statecache-replay statecache_service_tests
-	cd $(ASAN_BUILD) && ctest --output-on-failure -j $(JOBS) -L 'unit|parity|service'
+	  statecache_unit_tests statecache-replay statecache_service_tests \
+	  statecache_device_tests statecache_region_probe
+	cd $(ASAN_BUILD) && ctest --output-on-failure -j $(JOBS) \
+	  -L 'unit|parity|service|device'
 
 # libFuzzer on the pool (clang): arbitrary call sequences, invariants checked
 # after every call, refusals must leave the pool unchanged.
