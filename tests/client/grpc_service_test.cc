@@ -22,26 +22,12 @@
 #include "daemon/service/session_event_log.h"
 #include "daemon/service/state_cache.h"
 #include "gtest/gtest.h"
+#include "tests/service/fake_clock.h"
 #include "proto/statecache/v1/statecache.grpc.pb.h"
 
 namespace statecache {
 namespace {
 
-class FakeClock : public Clock {
- public:
-  absl::Time Now() const override {
-    absl::MutexLock lock(&mu_);
-    return now_;
-  }
-  void Advance(absl::Duration d) {
-    absl::MutexLock lock(&mu_);
-    now_ += d;
-  }
-
- private:
-  mutable absl::Mutex mu_;
-  absl::Time now_ = absl::FromUnixSeconds(1'800'000'000);
-};
 
 constexpr int64_t kBlockSize = 64;
 

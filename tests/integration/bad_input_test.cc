@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/integration/daemon_process.h"
+#include "tests/integration/attach_session.h"
 #include "tests/integration/test_util.h"
 
 namespace statecache::testing {
@@ -79,14 +80,7 @@ class BadInputTest : public ::testing::Test {
   }
 
   std::string Attach(const std::string& name) {
-    v1::AttachRequest request;
-    *request.mutable_identity() = TestIdentityProto();
-    request.set_client_name(name);
-    v1::AttachResponse response;
-    grpc::Status status =
-        stubs_->scheduler->Attach(Ctx().get(), request, &response);
-    EXPECT_TRUE(status.ok()) << status.error_message();
-    return response.session_id();
+    return AttachSession(*stubs_, name);
   }
 
   static v1::StepRequest StepFor(const std::string& session) {

@@ -16,6 +16,7 @@
 #include "daemon/device/host_region.h"
 #include "gtest/gtest.h"
 #include "tests/integration/daemon_process.h"
+#include "tests/integration/attach_session.h"
 #include "tests/integration/test_util.h"
 
 namespace statecache::testing {
@@ -42,11 +43,9 @@ class MemoryTest : public ::testing::Test {
     daemon_ = *std::move(daemon);
     stubs_ = std::make_unique<RawStubs>(daemon_->address());
 
-    v1::AttachRequest req;
-    *req.mutable_identity() = TestIdentityProto();
     v1::AttachResponse resp;
-    ASSERT_TRUE(stubs_->scheduler->Attach(Ctx().get(), req, &resp).ok());
-    session_ = resp.session_id();
+    session_ = AttachSession(*stubs_, "memory-test", &resp);
+    ASSERT_FALSE(session_.empty());
     ASSERT_TRUE(resp.has_memory());
     ASSERT_EQ(resp.memory().backend(), "host");
     absl::StatusOr<RegionExport> region =

@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/integration/daemon_process.h"
+#include "tests/integration/attach_session.h"
 #include "tests/integration/test_util.h"
 
 namespace statecache::testing {
@@ -433,15 +434,10 @@ class StepStreamTest : public ::testing::Test {
     }
   }
   std::string Attach(const std::string& name) {
-    v1::AttachRequest request;
-    *request.mutable_identity() = TestIdentityProto();
-    request.set_client_name(name);
     v1::AttachResponse response;
-    grpc::Status status =
-        stubs_->scheduler->Attach(Ctx().get(), request, &response);
-    EXPECT_TRUE(status.ok()) << status.error_message();
+    std::string id = AttachSession(*stubs_, name, &response);
     epoch_ = response.epoch();
-    return response.session_id();
+    return id;
   }
   std::unique_ptr<DaemonProcess> daemon_;
   std::unique_ptr<RawStubs> stubs_;

@@ -10,25 +10,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
+#include "tests/service/fake_clock.h"
 
 namespace statecache {
 namespace {
 
-class FakeClock : public Clock {
- public:
-  absl::Time Now() const override {
-    absl::MutexLock lock(&mu_);
-    return now_;
-  }
-  void Advance(absl::Duration d) {
-    absl::MutexLock lock(&mu_);
-    now_ += d;
-  }
-
- private:
-  mutable absl::Mutex mu_;
-  absl::Time now_ = absl::FromUnixSeconds(1'800'000'000);
-};
 
 constexpr int64_t kBlock = 64;
 
