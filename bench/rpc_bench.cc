@@ -137,8 +137,11 @@ class Scheduler {
       c->set_boundary_blocks(static_cast<int64_t>(conv.hashes.size()));
       c->set_hash(conv.hashes.back());
     }
-    // Admissions: a new turn extends a conversation's prompt.
-    while (req.operations_size() < ops_) {
+    // Admissions: a new turn extends a conversation's prompt. admits_ per
+    // pass in the steady state; more while the batch is filling up.
+    const int want = std::max<int>(
+        admits_, batch_ - static_cast<int>(running_.size()));
+    for (int k = 0; k < want && req.operations_size() < ops_; ++k) {
       const size_t ci = rng_() % convs_.size();
       Conversation& conv = convs_[ci];
       if (conv.hashes.empty()) conv.hashes.push_back(static_cast<int64_t>(rng_() >> 1));
@@ -154,6 +157,15 @@ class Scheduler {
       for (int64_t h : conv.hashes) a->add_block_hashes(h);
       a->set_kv_hit_blocks(kv_hit);
       running_.push_back(Running{id, ci});
+    }
+    // Whatever room is left: the queries a scheduler makes while it decides
+    // what to admit next.
+    while (req.operations_size() < ops_) {
+      const Conversation& conv = convs_[rng_() % convs_.size()];
+      v1::ResumableHit* q = req.add_operations()->mutable_resumable_hit();
+      q->set_num_tokens(static_cast<int64_t>(conv.hashes.size()) * kBlock + 7);
+      for (int64_t h : conv.hashes) q->add_block_hashes(h);
+      q->set_kv_hit_blocks(static_cast<int32_t>(conv.hashes.size()));
     }
     return req;
   }

@@ -56,6 +56,7 @@
 #include "daemon/device/layout_file.h"
 #include "daemon/device/layout_presets.h"
 #include "daemon/metrics/metrics.h"
+#include "daemon/service/arena_allocator.h"
 #include "daemon/service/grpc_service.h"
 #include "daemon/service/log.h"
 #include "daemon/service/session_event_log.h"
@@ -465,6 +466,9 @@ int Serve() {
   }
   RpcObserver* rpc_observer = metrics_address.empty() ? nullptr : &metrics;
   StateCacheGrpcService scheduler_service(cache->get(), &events, rpc_observer);
+  // Step messages live in one arena per call (see arena_allocator.h).
+  ArenaMessageAllocator<v1::StepRequest, v1::StepResponse> step_allocator;
+  scheduler_service.SetMessageAllocatorFor_Step(&step_allocator);
   StateCacheAdminGrpcService admin_service(cache->get(), &events,
                                            rpc_observer);
 
