@@ -656,7 +656,15 @@ absl::StatusOr<DaemonStats> Client::GetStats() {
       .resumes_adopt = r.resumes_adopt(),
       .resumes_miss = r.resumes_miss(),
       .lease_expiries = r.lease_expiries(),
-      .sessions_evicted = r.sessions_evicted()};
+      .sessions_evicted = r.sessions_evicted(),
+      .resume_blocks_wanted = r.resume_blocks_wanted(),
+      .resume_blocks_resumed = r.resume_blocks_resumed(),
+      .draining = r.draining(),
+      .state_bytes = r.state_bytes(),
+      .backend = r.backend(),
+      .max_slots = r.max_slots(),
+      .layout_name = r.layout_name(),
+      .bytes_per_slot = r.bytes_per_slot()};
 }
 
 absl::StatusOr<std::vector<SessionSummary>> Client::ListSessions() {
@@ -709,6 +717,19 @@ absl::StatusOr<int32_t> Client::EvictSession(std::string_view session_id) {
       FromGrpcStatus(impl_->admin->EvictSession(&context, request, &response));
   if (!status.ok()) return status;
   return response.requests_released();
+}
+
+absl::StatusOr<DrainResult> Client::Drain(bool resume) {
+  v1::DrainRequest request;
+  request.set_resume(resume);
+  grpc::ClientContext context;
+  impl_->SetDeadline(context);
+  v1::DrainResponse response;
+  absl::Status status =
+      FromGrpcStatus(impl_->admin->Drain(&context, request, &response));
+  if (!status.ok()) return status;
+  return DrainResult{.draining = response.draining(),
+                     .requests = response.requests()};
 }
 
 }  // namespace statecache

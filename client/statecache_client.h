@@ -3,7 +3,7 @@
 // A scheduler connects, attaches a session with its model's identity, and
 // then runs one Step per scheduler pass: an ordered list of operations built
 // with StepBuilder, answered with one result per operation. An operator tool
-// uses the admin calls (GetStats, ListSessions, Resize, EvictSession).
+// uses the admin calls (GetStats, ListSessions, Resize, EvictSession, Drain).
 //
 //   auto client = statecache::Client::Connect(statecache::DefaultAddress());
 //   if (!client.ok()) ...;
@@ -264,6 +264,21 @@ struct DaemonStats {
   int64_t resumes_miss = 0;
   int64_t lease_expiries = 0;
   int64_t sessions_evicted = 0;
+  // Prefix blocks admissions asked to resume (their KV hit) and blocks
+  // actually resumed, cumulative: resumed / wanted is the state-side hit
+  // ratio.
+  int64_t resume_blocks_wanted = 0;
+  int64_t resume_blocks_resumed = 0;
+  // True while the daemon drains (not admitting; see Client::Drain).
+  bool draining = false;
+  // State memory: bytes committed now, the backend ("none", or empty from a
+  // daemon too old to say, when there is no state memory), the largest pool
+  // a resize may reach, the layout and its bytes per slot.
+  uint64_t state_bytes = 0;
+  std::string backend;
+  int64_t max_slots = 0;
+  std::string layout_name;
+  uint64_t bytes_per_slot = 0;
 };
 
 // One attached session, as ListSessions reports it.
@@ -282,6 +297,13 @@ struct ResizeResult {
   int64_t num_slots = 0;
   int64_t relocated = 0;
   int64_t evicted = 0;
+};
+
+// What Drain returns.
+struct DrainResult {
+  bool draining = false;
+  // Requests still admitted when the call returned.
+  int64_t requests = 0;
 };
 
 // ----------------------------------------------------------- Client
@@ -345,6 +367,11 @@ class Client {
   // Ends a session as if its lease had lapsed; returns requests released.
   // Errors: NOT_FOUND.
   absl::StatusOr<int32_t> EvictSession(std::string_view session_id);
+  // Stops admitting (resume = false: Attach and admit are refused with
+  // UNAVAILABLE, admitted requests run on) or admits again (resume = true).
+  // Poll GetStats until `requests` is 0 to know the daemon is idle.
+  // Always OK unless the call itself fails.
+  absl::StatusOr<DrainResult> Drain(bool resume = false);
 
  private:
   struct Impl;

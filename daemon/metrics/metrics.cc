@@ -38,6 +38,8 @@ const char* OperationName(int kind) {
     case v1::Operation::kRelease: return "release";
     case v1::Operation::kUnindex: return "unindex";
     case v1::Operation::kClearIndex: return "clear_index";
+    case v1::Operation::kCopy: return "copy";
+    case v1::Operation::kSnapshot: return "snapshot";
     case v1::Operation::KIND_NOT_SET: break;
   }
   return nullptr;

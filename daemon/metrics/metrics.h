@@ -69,7 +69,7 @@ class Metrics final : public StateCacheObserver, public RpcObserver {
 
  private:
   class StatsCollector;
-  static constexpr int kOps = 14;    // Operation kinds 1..13 (+ unset)
+  static constexpr int kOps = 16;    // Operation kinds 1..15 (+ unset)
   static constexpr int kCodes = 17;  // absl::StatusCode 0..16
 
   std::shared_ptr<prometheus::Registry> registry_;

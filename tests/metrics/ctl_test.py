@@ -1,0 +1,386 @@
+#!/usr/bin/python3
+"""statecachectl's operator commands against a real daemon (ctest -L ctl).
+
+    ResizeTest      a shrink blocked by live requests prints progress as they
+                    are released, then the report (before/after, relocated,
+                    evicted, memory n/a without state memory); a deadline
+                    that passes exits 3
+    ResizeMemoryTest with state memory (--layout), the report's memory line
+                    and JSON, statecache_state_bytes and status agree
+    DrainTest       drain refuses Attach and admit with UNAVAILABLE; drain
+                    --wait times out with 3 while a request is admitted and
+                    returns 0 once it is released; drain --resume admits again
+    ExitCodeTest    4 when nothing listens, 2 for bad usage, 1 for a refusal,
+                    and --help documents them
+    StatsWatchTest  stats --watch --count N prints N frames (tables and JSON
+                    lines with rates); Ctrl-C ends it with 0
+
+See harness.py for the arguments.
+"""
+
+import json
+import os
+import re
+import select
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import unittest
+
+import harness
+from harness import Daemon, Driver, wait_for
+
+OK = 0
+UNAVAILABLE = 14
+
+
+class Ctl:
+    """Runs statecachectl against one daemon."""
+
+    def __init__(self, daemon):
+        self.daemon = daemon
+
+    def argv(self, args):
+        return [harness.ARGS.statecachectl, "--address=" + self.daemon.address] + list(args)
+
+    def run(self, *args, timeout=30):
+        return subprocess.run(self.argv(args), stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              timeout=timeout, text=True)
+
+    def start(self, *args):
+        return Background(self.argv(args))
+
+
+class Background:
+    """A statecachectl left running; its stdout is read line by line."""
+
+    def __init__(self, argv):
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.lines = []
+        self._partial = b""
+
+    def _read_available(self, wait_s):
+        readable, _, _ = select.select([self.proc.stdout], [], [], wait_s)
+        if not readable:
+            return False
+        chunk = os.read(self.proc.stdout.fileno(), 65536)
+        if not chunk:
+            return False
+        self._partial += chunk
+        *complete, self._partial = self._partial.split(b"\n")
+        self.lines.extend(line.decode() for line in complete)
+        return True
+
+    def wait_line(self, pattern, deadline_s=harness.DEFAULT_DEADLINE_S):
+        """Reads until a line matches `pattern`; returns its match."""
+        regex = re.compile(pattern)
+        seen = 0
+        give_up = time.monotonic() + deadline_s
+        while True:
+            for line in self.lines[seen:]:
+                match = regex.search(line)
+                if match:
+                    self.lines = self.lines[self.lines.index(line) + 1:]
+                    return match
+            seen = len(self.lines)
+            left = give_up - time.monotonic()
+            if left <= 0:
+                raise AssertionError("no line matching %r within %.0fs; got:\n%s"
+                                     % (pattern, deadline_s, "\n".join(self.lines)))
+            if not self._read_available(min(left, 0.5)) and self.proc.poll() is not None:
+                if not self._read_available(0):
+                    raise AssertionError("statecachectl exited %s before a line matching "
+                                         "%r; stdout:\n%s\nstderr:\n%s"
+                                         % (self.proc.returncode, pattern,
+                                            "\n".join(self.lines),
+                                            self.proc.stderr.read().decode()))
+
+    def finish(self, timeout=harness.DEFAULT_DEADLINE_S):
+        """Waits for the exit; returns (code, rest of stdout, stderr)."""
+        out, err = self.proc.communicate(timeout=timeout)
+        text = "\n".join(self.lines) + "\n" + (self._partial + out).decode()
+        return self.proc.returncode, text, err.decode()
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.communicate()
+
+
+class CtlTestCase(unittest.TestCase):
+    FLAGS = ["--num_slots=8", "--hash_block_size=4"]
+
+    def setUp(self):
+        self.daemon = Daemon(self.FLAGS)
+        self.driver = Driver(self.daemon)
+        self.ctl = Ctl(self.daemon)
+        self.background = []
+
+    def tearDown(self):
+        for b in self.background:
+            b.kill()
+        self.driver.close()
+        self.daemon.stop()
+
+    def start(self, *args):
+        b = self.ctl.start(*args)
+        self.background.append(b)
+        return b
+
+    def step_ok(self, session, *ops):
+        results = self.driver.step(session, *ops)
+        self.assertEqual([r.code for r in results], [OK] * len(results),
+                         [r.message for r in results])
+        return results
+
+
+class ResizeTest(CtlTestCase):
+    def test_shrink_shows_progress_and_reports(self):
+        d = self.driver
+        s = d.attach("resize-test", hash_block_size=4)
+        # r0..r5 in slots 0..5; r0 checkpoints at 2 blocks (r0 -> 6, slot 0
+        # filed); two passes return the pin, so slot 0 is a held checkpoint;
+        # r6 takes the last vacant slot, 7. Free: only slot 0 (held).
+        self.step_ok(s, d.begin_pass(), *[d.admit("r%d" % i, anchor_pos=8) for i in range(6)],
+                     d.checkpoint("r0", 2, 777))
+        self.step_ok(s, d.begin_pass())
+        r = self.step_ok(s, d.begin_pass(), d.admit("r6", anchor_pos=8))
+        self.assertEqual(list(r[1].admit.slots), [7])
+
+        # 8 -> 4: top slot 7 (live) moves into 0, spending the checkpoint
+        # there (relocated 1, evicted 1); then 6, 5, 4 are live with
+        # nowhere to go, and go one by one as their requests are released.
+        ctl = self.start("resize", "4", "--deadline=20s", "--interval=50ms")
+        ctl.wait_line(r"^shrinking 8 -> 4 slots")
+        ctl.wait_line(r"^8 -> 4: 3 slots left to give up \(now 7:")
+        for request, left in (("r0", 2), ("r5", 1)):  # r0 is in slot 6 now
+            self.step_ok(s, d.begin_pass(), d.release(request))
+            ctl.wait_line(r"^8 -> 4: %d slots left to give up \(now %d:" % (left, 4 + left))
+        self.step_ok(s, d.begin_pass(), d.release("r4"))
+        code, out, err = ctl.finish()
+        self.assertEqual(code, 0, out + err)
+        self.assertRegex(out, r"resized 8 -> 4 slots \(shrink, ")
+        self.assertRegex(out, r"(?m)^  slots before +8$")
+        self.assertRegex(out, r"(?m)^  slots after +4$")
+        self.assertRegex(out, r"(?m)^  relocated +1$")
+        self.assertRegex(out, r"(?m)^  evicted +1$")
+        self.assertRegex(out, r"(?m)^  memory +n/a \(the daemon reports no state memory")
+        stats = d.stats()
+        self.assertEqual((stats.slots_total, stats.requests), (4, 4))  # r1-r3, r6
+        m = self.daemon.metrics()
+        self.assertEqual(m.value("statecache_resizes_total", direction="shrink"), 1, self.daemon.log())
+        self.assertEqual(m.value("statecache_checkpoints_evicted_total"), 1)
+
+        # Grow: immediate, and the JSON report says the same.
+        result = self.ctl.run("--json", "resize", "10")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        report = json.loads(result.stdout)
+        self.assertEqual((report["slots_before"], report["slots_after"], report["direction"],
+                          report["relocated"], report["evicted"]), (4, 10, "grow", 0, 0))
+        self.assertIsNone(report["state_bytes_freed"])
+
+    def test_deadline_exceeded_exits_3(self):
+        d = self.driver
+        s = d.attach("resize-test", hash_block_size=4)
+        self.step_ok(s, d.begin_pass(), *[d.admit("r%d" % i) for i in range(8)])
+        started = time.monotonic()
+        result = self.ctl.run("resize", "4", "--deadline=300ms", "--interval=50ms")
+        self.assertEqual(result.returncode, 3, result.stdout + result.stderr)
+        self.assertLess(time.monotonic() - started, 10)
+        self.assertIn("did not finish within", result.stderr)
+        self.assertIn("DEADLINE_EXCEEDED", result.stderr)
+        self.assertIn("8 -> 4: 4 slots left", result.stdout)
+        self.assertEqual(d.stats().slots_total, 8)
+
+
+class ResizeMemoryTest(CtlTestCase):
+    """With state memory (a tiny --layout), the report says what came back."""
+
+    LAYOUT = {"format": "statecache-layout/v1", "name": "tiny", "num_layers": 2,
+              "tensors": [{"name": "ssm", "dtype": "f32", "shape": [1024]}]}
+
+    def setUp(self):
+        self.layout_dir = tempfile.mkdtemp(prefix="scm-layout-")
+        path = os.path.join(self.layout_dir, "tiny.json")
+        with open(path, "w") as f:
+            json.dump(self.LAYOUT, f)
+        self.FLAGS = ["--num_slots=16", "--hash_block_size=4", "--layout=" + path]
+        super().setUp()
+
+    def tearDown(self):
+        super().tearDown()
+        shutil.rmtree(self.layout_dir, ignore_errors=True)
+
+    def test_memory_returned_and_taken(self):
+        before = self.driver.stats()
+        self.assertEqual(before.backend, "host")
+        per_slot = before.bytes_per_slot
+        self.assertGreaterEqual(per_slot, 2 * 1024 * 4)
+        self.assertEqual(before.state_bytes, 16 * per_slot)
+
+        result = self.ctl.run("resize", "4", "--interval=50ms")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        after = self.driver.stats()
+        self.assertEqual(after.state_bytes, 4 * per_slot)
+
+        def human(n):
+            return "%.2f KiB" % (n / 1024)
+        self.assertIn("  memory        %s -> %s (%s returned)"
+                      % (human(16 * per_slot), human(4 * per_slot), human(12 * per_slot)),
+                      result.stdout)
+        self.assertEqual(self.daemon.metrics().value("statecache_state_bytes"), 4 * per_slot)
+
+        result = self.ctl.run("--json", "resize", "10")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        report = json.loads(result.stdout)
+        self.assertEqual((report["state_bytes_before"], report["state_bytes_after"],
+                          report["state_bytes_freed"]),
+                         (4 * per_slot, 10 * per_slot, -6 * per_slot))
+        self.assertEqual(self.daemon.metrics().value("statecache_state_bytes"), 10 * per_slot)
+
+        status = self.ctl.run("--json", "status")
+        memory = json.loads(status.stdout)["memory"]
+        self.assertEqual((memory["backend"], memory["layout_name"], memory["state_bytes"]),
+                         ("host", "tiny", 10 * per_slot))
+
+
+class DrainTest(CtlTestCase):
+    def test_drain_wait_and_resume(self):
+        d = self.driver
+        s = d.attach("drain-test", hash_block_size=4)
+        self.step_ok(s, d.begin_pass(), d.admit("live"))
+
+        result = self.ctl.run("drain")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("draining: not admitting; 1 requests still admitted", result.stdout)
+        self.assertTrue(d.stats().draining)
+        self.assertEqual(self.daemon.metrics().value("statecache_draining"), 1)
+
+        # Nobody new gets in: Attach is UNAVAILABLE, admit is refused.
+        with self.assertRaises(d.grpc.RpcError) as refused:
+            d.attach("newcomer", hash_block_size=4)
+        self.assertEqual(refused.exception.code(), d.grpc.StatusCode.UNAVAILABLE)
+        r = d.step(s, d.admit("late"))
+        self.assertEqual(r[0].code, UNAVAILABLE, r[0].message)
+        status = self.ctl.run("status")
+        self.assertIn("no: draining", status.stdout)
+
+        # A request still admitted: --wait gives up after --timeout, exit 3.
+        result = self.ctl.run("drain", "--wait", "--timeout=300ms", "--interval=50ms")
+        self.assertEqual(result.returncode, 3, result.stdout + result.stderr)
+        self.assertIn("1 requests still admitted after", result.stderr)
+
+        # Released while a --wait polls: it returns 0.
+        ctl = self.start("drain", "--wait", "--timeout=20s", "--interval=50ms")
+        ctl.wait_line(r"^draining: waiting for 1 requests to be released")
+        self.step_ok(s, d.release("live"))
+        code, out, err = ctl.finish()
+        self.assertEqual(code, 0, out + err)
+        self.assertIn("drained: no requests left", out)
+        self.assertTrue(d.stats().draining, "drain --wait does not resume admitting")
+
+        # --resume: admitting again.
+        result = self.ctl.run("drain", "--resume")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("admitting again", result.stdout)
+        self.assertFalse(d.stats().draining)
+        self.step_ok(s, d.admit("after"))
+        d.detach(d.attach("newcomer", hash_block_size=4))
+
+        # JSON for scripts.
+        result = self.ctl.run("--json", "drain", "--wait", "--timeout=300ms")
+        self.assertEqual(result.returncode, 3, result.stderr)
+        self.assertEqual(json.loads(result.stdout)["drained"], False)
+        self.step_ok(s, d.release("after"))
+        result = self.ctl.run("--json", "drain", "--wait", "--timeout=5s")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(json.loads(result.stdout)["drained"], True)
+
+
+class ExitCodeTest(CtlTestCase):
+    def test_exit_codes(self):
+        # 4: nothing listening there.
+        nobody = os.path.join(self.daemon.dir, "nobody.sock")
+        result = subprocess.run([harness.ARGS.statecachectl, "--address=unix:" + nobody,
+                                 "--timeout=1s", "status"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                timeout=30)
+        self.assertEqual(result.returncode, 4, result.stderr)
+        self.assertIn("UNAVAILABLE", result.stderr)
+        self.assertEqual(result.stdout, "")
+
+        # 2: usage errors; nothing reaches the daemon.
+        before = self.daemon.metrics().total("statecache_rpc_duration_seconds_count")
+        for args in (["frobnicate"], [], ["resize"], ["resize", "lots"], ["evict"],
+                     ["stats", "--count=2"], ["stats", "--watch", "--count=0"],
+                     ["stats", "--interval=1s"], ["drain", "--wait", "--resume"],
+                     ["status", "--deadline=1s"], ["resize", "4", "--wait"],
+                     ["--bogus", "status"], ["stats", "--watch", "--interval=soon"]):
+            result = self.ctl.run(*args)
+            self.assertEqual(result.returncode, 2, (args, result.stderr))
+            self.assertTrue(result.stderr.startswith("statecachectl: "), result.stderr)
+            self.assertEqual(result.stdout, "", args)
+        self.assertEqual(self.daemon.metrics().total("statecache_rpc_duration_seconds_count"),
+                         before, "a usage error sent something")
+
+        # 1: the daemon refused.
+        result = self.ctl.run("resize", "0")
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertIn("INVALID_ARGUMENT", result.stderr)
+        result = self.ctl.run("evict", "nobody")
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertIn("NOT_FOUND", result.stderr)
+
+        # 0 and the documentation of all of them.
+        result = self.ctl.run("--help")
+        self.assertEqual(result.returncode, 0)
+        self.assertIn("exit codes:", result.stdout)
+        for code, words in ((0, "ok"), (1, "RPC failed"), (2, "usage error"), (3, "timed out"),
+                            (4, "unreachable")):
+            self.assertRegex(result.stdout, r"(?m)^  %d  .*%s" % (code, words))
+        for command in ("stats --watch", "resize N", "drain [--wait]", "drain --resume",
+                        "--count=N", "--interval="):
+            self.assertIn(command, result.stdout)
+
+
+class StatsWatchTest(CtlTestCase):
+    def test_count_frames(self):
+        d = self.driver
+        s = d.attach("watch-test", hash_block_size=4)
+        self.step_ok(s, d.begin_pass(), d.admit("w", anchor_pos=8), d.checkpoint("w", 2, 55))
+        result = self.ctl.run("stats", "--watch", "--interval=100ms", "--count=3")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        frames = re.findall(r"(?m)^statecache \S+ +\S+ +every 100ms +frame (\d)/3$",
+                            result.stdout)
+        self.assertEqual(frames, ["1", "2", "3"], result.stdout)
+        # Totals in every frame; rates from the second on.
+        self.assertEqual(len(re.findall(r"(?m)^kept +1 +-$", result.stdout)), 1, result.stdout)
+        self.assertEqual(len(re.findall(r"(?m)^kept +1 +0\.0$", result.stdout)), 2,
+                         result.stdout)
+        self.assertEqual(len(re.findall(r"(?m)^now +8 +2 +0 +6$", result.stdout)), 3,
+                         result.stdout)
+
+        result = self.ctl.run("--json", "stats", "--watch", "--interval=100ms", "--count=2")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        lines = [json.loads(line) for line in result.stdout.splitlines()]
+        self.assertEqual([f["frame"] for f in lines], [1, 2])
+        self.assertIsNone(lines[0]["rates"]["kept_per_second"])
+        self.assertEqual(lines[1]["rates"]["kept_per_second"], 0)
+        self.assertEqual(lines[1]["checkpoints"]["kept"], 1)
+        self.assertGreater(lines[1]["interval_seconds"], 0.05)
+
+    def test_ctrl_c_exits_0(self):
+        ctl = self.start("stats", "--watch", "--interval=100ms")
+        ctl.wait_line(r"frame 2 +\(Ctrl-C stops\)$")
+        ctl.proc.send_signal(signal.SIGINT)
+        code, out, err = ctl.finish()
+        self.assertEqual(code, 0, err)
+        self.assertEqual(err, "")
+
+
+if __name__ == "__main__":
+    harness.main()

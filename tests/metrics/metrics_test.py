@@ -1,0 +1,438 @@
+#!/usr/bin/python3
+"""statecached's Prometheus metrics, checked with the real tools.
+
+    ScrapeTest       /metrics over HTTP is what `promtool check metrics`
+                     accepts without a word, fresh and after traffic
+    ScenarioTest     a scenario whose every counter and gauge is worked out
+                     by hand below, asserted exactly
+    PrometheusTest   a real Prometheus server, configured from
+                     deploy/prometheus/prometheus.yml, scrapes the daemon
+
+Run by ctest (ctest -L metrics); see harness.py for the arguments.
+"""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import unittest
+import urllib.parse
+
+import harness
+from harness import Daemon, Driver, wait_for
+
+OK = 0
+RESOURCE_EXHAUSTED = 8
+
+
+class ScrapeTest(unittest.TestCase):
+    def setUp(self):
+        self.daemon = Daemon(["--num_slots=16"])
+
+    def tearDown(self):
+        self.daemon.stop()
+
+    def check_promtool(self, text, when):
+        status, output = harness.promtool_check_metrics(text)
+        self.assertEqual(output, "", "promtool check metrics (%s) said:\n%s" % (when, output))
+        self.assertEqual(status, 0, "promtool check metrics (%s) exited %d" % (when, status))
+
+    def test_promtool_is_silent_on_a_live_scrape(self):
+        text = self.daemon.scrape()
+        self.check_promtool(text, "fresh daemon")
+
+        # Traffic: observations in the histograms, refusals by code, fates.
+        driver = Driver(self.daemon)
+        try:
+            session = driver.attach()
+            results = driver.step(session, driver.begin_pass(),
+                                  driver.admit("a", anchor_pos=8),
+                                  driver.checkpoint("a", 2, 4242, anchor_pos=8),
+                                  driver.admit("a"),  # ALREADY_EXISTS
+                                  driver.release("a"),
+                                  driver.unindex(4242))
+            self.assertEqual([r.code for r in results], [0, 0, 0, 6, 0, 0])
+            with self.assertRaises(driver.grpc.RpcError) as refused:
+                driver.step("no-such-session", driver.begin_pass())
+            self.assertEqual(refused.exception.code(), driver.grpc.StatusCode.NOT_FOUND)
+            driver.resize(20)
+            driver.resize(12)
+            driver.detach(session)
+        finally:
+            driver.close()
+        m = wait_for("the refused Step in statecache_rpc_refusals_total",
+                     lambda: (lambda m: m if m.value(
+                         "statecache_rpc_refusals_total", method="Step",
+                         code="NOT_FOUND") == 1 else None)(self.daemon.metrics()))
+        self.check_promtool(m.text, "after traffic")
+        self.assertEqual(m.value("statecache_checkpoints_kept_total"), 1)
+        self.assertEqual(m.value("statecache_checkpoints_orphaned_total"), 1)
+        self.assertEqual(m.value("statecache_step_operation_refusals_total",
+                                 op="admit", code="ALREADY_EXISTS"), 1)
+
+        # Every statecache_ family says what it is and how to read it.
+        helps, types = {}, {}
+        for line in m.text.splitlines():
+            parts = line.split(" ", 3)
+            if line.startswith("# HELP "):
+                helps[parts[2]] = parts[3] if len(parts) > 3 else ""
+            elif line.startswith("# TYPE "):
+                types[parts[2]] = parts[3]
+        families = {n for n in types if n.startswith("statecache_")}
+        for name in ["statecache_checkpoints_kept_total", "statecache_checkpoints_dropped_total",
+                     "statecache_checkpoints_evicted_total",
+                     "statecache_checkpoints_orphaned_total", "statecache_slots",
+                     "statecache_slots_capacity", "statecache_state_bytes",
+                     "statecache_resumes_total", "statecache_resume_blocks_wanted_total",
+                     "statecache_resume_blocks_resumed_total",
+                     "statecache_rpc_duration_seconds", "statecache_rpc_refusals_total",
+                     "statecache_step_operation_duration_seconds",
+                     "statecache_step_operation_refusals_total",
+                     "statecache_copy_bytes_total", "statecache_copy_seconds_total",
+                     "statecache_sessions", "statecache_lease_expiries_total",
+                     "statecache_session_evictions_total", "statecache_resizes_total",
+                     "statecache_build_info", "statecache_start_time_seconds"]:
+            self.assertIn(name, families)
+        for name in families:
+            self.assertGreater(len(helps.get(name, "")), 10, "%s has no real help text" % name)
+        self.assertIn("kept minus capacity", helps["statecache_checkpoints_kept_total"])
+        self.assertIn("KV pool", helps["statecache_checkpoints_orphaned_total"])
+        self.assertEqual(m.value("statecache_resizes_total", direction="grow"), 1)
+        self.assertEqual(m.value("statecache_resizes_total", direction="shrink"), 1)
+        # Every Step operation has its latency series and refusal counters,
+        # built up front (none appear on first use).
+        ops = {dict(labels)["op"] for labels in
+               m.series("statecache_step_operation_duration_seconds_count")}
+        self.assertEqual(ops, {"begin_pass", "admit", "resumable_hit", "lookup", "reserve",
+                               "publish", "cancel", "checkpoint", "consume_fork",
+                               "adopt_fork_source", "release", "unindex", "clear_index",
+                               "copy", "snapshot"})
+
+        # What deploy/ builds on (tests/deploy/statecache_metrics.txt: the
+        # families its rules and dashboard may name) is really exported.
+        listed = os.path.join(harness.ARGS.source_dir, "tests", "deploy",
+                              "statecache_metrics.txt")
+        if os.path.exists(listed):
+            with open(listed) as f:
+                for line in f:
+                    fields = line.split("#", 1)[0].split()
+                    if fields and fields[0].startswith("statecache_"):
+                        self.assertEqual(types.get(fields[0]), fields[1],
+                                         "%s: %s" % (listed, line.strip()))
+
+
+class ScenarioTest(unittest.TestCase):
+    """A known scenario; every expected value is derived in the comments.
+
+    Pool: 8 slots, transfer fork (1 token), hash_block_size 4, width 1, and
+    a 3 s lease so one session can lapse inside the test. Requests have 20
+    tokens and anchor 8 = 2 blocks, the boundary every checkpoint is taken
+    at, so no checkpoint is a guess and the LRU is plain release order.
+    """
+
+    LEASE_MS = 3000
+
+    def setUp(self):
+        self.daemon = Daemon(["--num_slots=8", "--hash_block_size=4", "--transfer=fork",
+                              "--fork_tokens=1", "--lease_ttl=%dms" % self.LEASE_MS])
+        self.driver = Driver(self.daemon)
+
+    def tearDown(self):
+        self.driver.close()
+        self.daemon.stop()
+
+    def ok(self, results, expected_codes=None):
+        codes = [r.code for r in results]
+        expected = expected_codes or [OK] * len(results)
+        self.assertEqual(codes, expected, [r.message for r in results])
+        return results
+
+    def slots(self, m):
+        return (m.value("statecache_slots", state="used"),
+                m.value("statecache_slots", state="held"),
+                m.value("statecache_slots", state="vacant"))
+
+    def test_exact_values(self):
+        d = self.driver
+        H0, H1, H2, K0, K1 = 1000, 1001, 1002, 2000, 2001
+        a = d.attach("scenario-a", hash_block_size=4)
+        steps = 0
+
+        # Step 1: four cold admits take slots 0..3; checkpoints of a0..a2 at
+        # 2 blocks move each to a fresh slot (4, 5, 6) and file 0, 1, 2 under
+        # H0, H1, H2, pinned.                               kept = 3
+        r = self.ok(d.step(a, d.begin_pass(),
+                           *[d.admit("a%d" % i, anchor_pos=8) for i in range(4)],
+                           d.checkpoint("a0", 2, H0), d.checkpoint("a1", 2, H1),
+                           d.checkpoint("a2", 2, H2)))
+        steps += 1
+        self.assertEqual([list(x.admit.slots) for x in r[1:5]], [[0], [1], [2], [3]])
+        self.assertEqual([x.checkpoint.state_slot for x in r[5:8]], [4, 5, 6])
+        m = self.daemon.metrics()
+        self.assertEqual(self.slots(m), (7, 0, 1))  # 4 live + 3 pinned, slot 7
+        self.assertEqual(m.value("statecache_checkpoints_kept_total"), 3)
+
+        # Step 2: releasing all four drops each as the reader of its source:
+        # 0, 1, 2 become held checkpoints (LRU 0, 1, 2), 3..7 vacant.
+        self.ok(d.step(a, *[d.release("a%d" % i) for i in range(4)]))
+        steps += 1
+        m = self.daemon.metrics()
+        self.assertEqual(self.slots(m), (0, 3, 5))
+        self.assertEqual(m.value("statecache_indexed_checkpoints"), 3)
+
+        # Step 3: resumes, 20 tokens, kv hits as given (wanted = kv_hit):
+        #   r0 [x, H0] hit 2 -> fork from 0 into slot 3    wanted 2 resumed 2
+        #   r1 [x, H1] hit 2 -> fork from 1 into slot 4    wanted 2 resumed 2
+        #   r2 [x, y]  hit 2 -> miss, slot 5               wanted 2 resumed 0
+        #   r3 [x, H2, z] hit 3 -> z unknown, H2 at 2 blocks: fork from 2
+        #                      into slot 6                 wanted 3 resumed 2
+        #   r4 cold (kv hit 0: not a resume) -> slot 7, the last free slot
+        #   r5 cold -> RESOURCE_EXHAUSTED (0 free)         refusals{admit} = 1
+        r = self.ok(d.step(a, d.admit("r0", anchor_pos=8, hashes=[11, H0], kv_hit=2),
+                           d.admit("r1", anchor_pos=8, hashes=[12, H1], kv_hit=2),
+                           d.admit("r2", anchor_pos=8, hashes=[13, 14], kv_hit=2),
+                           d.admit("r3", anchor_pos=8, hashes=[15, H2, 16], kv_hit=3),
+                           d.admit("r4", anchor_pos=8),
+                           d.admit("r5", anchor_pos=8)),
+                    [OK] * 5 + [RESOURCE_EXHAUSTED])
+        steps += 1
+        self.assertEqual([x.admit.fork_src for x in r[:5]], [0, 1, -1, 2, -1])
+        self.assertEqual([x.admit.blocks_resumed for x in r[:5]], [2, 2, 0, 2, 0])
+        m = self.daemon.metrics()
+        self.assertEqual(self.slots(m), (8, 0, 0))  # vacant 0: no shortage yet
+        self.assertEqual(m.value("statecache_step_operation_refusals_total",
+                                 op="admit", code="RESOURCE_EXHAUSTED"), 1)
+
+        # Step 4: begin_pass returns the three fork-source pins: 0, 1, 2 are
+        # held again (LRU 0, 1, 2). Then
+        #   r5 cold -> no vacant slot: evicts LRU head 0 (H0)     evicted 1
+        #   r6 cold -> evicts 1 (H1)                              evicted 2
+        #   r7 [x, H2] hit 2 -> claims 2; nothing left free to fork into:
+        #      adopt (H2 leaves the index)           wanted 2 resumed 2
+        #   r8 cold -> RESOURCE_EXHAUSTED                  refusals{admit} = 2
+        r = self.ok(d.step(a, d.begin_pass(),
+                           d.admit("r5", anchor_pos=8), d.admit("r6", anchor_pos=8),
+                           d.admit("r7", anchor_pos=8, hashes=[17, H2], kv_hit=2),
+                           d.admit("r8", anchor_pos=8)),
+                    [OK] * 4 + [RESOURCE_EXHAUSTED])
+        steps += 1
+        self.assertEqual(r[0].begin_pass.pins_released, 3)
+        self.assertEqual([list(x.admit.slots) for x in r[1:4]], [[0], [1], [2]])
+        self.assertTrue(r[3].admit.adopted)
+
+        # Step 5: checkpoint r0 with nothing free: dropped 1 (kept stays 3).
+        # Release r4 (slot 7), checkpoint r0 at K0: r0 -> 7, 3 filed.  kept 4
+        # Release r5 (slot 0), checkpoint r1 at K1: r1 -> 0, 4 filed.  kept 5
+        r = self.ok(d.step(a, d.checkpoint("r0", 2, K0), d.release("r4"),
+                           d.checkpoint("r0", 2, K0), d.release("r5"),
+                           d.checkpoint("r1", 2, K1)))
+        steps += 1
+        self.assertEqual([r[0].checkpoint.kept, r[2].checkpoint.kept, r[4].checkpoint.kept],
+                         [False, True, True])
+
+        # Step 6: release the rest: 3 (K0) and 4 (K1) held, the other six
+        # vacant (r7's adopted slot lost its hash when adopted).
+        self.ok(d.step(a, *[d.release(x) for x in ["r0", "r1", "r2", "r3", "r6", "r7"]]))
+        steps += 1
+        m = self.daemon.metrics()
+        self.assertEqual(self.slots(m), (0, 2, 6))
+
+        # Step 7: the KV side evicted K0 and a block never checkpointed.
+        #                                                    orphaned 1
+        r = self.ok(d.step(a, d.unindex(K0, 999999)))
+        steps += 1
+        self.assertEqual(r[0].unindex.orphaned, 1)
+
+        # Resize 8 -> 12 (grow: immediate), then 12 -> 4 (shrink): 11..5 are
+        # vacant and simply go; 4 holds K1 and moves to the lowest vacant
+        # slot, 0.                              relocated 1, evicted 0
+        grown = d.resize(12)
+        self.assertEqual((grown.num_slots, grown.relocated, grown.evicted), (12, 0, 0))
+        shrunk = d.resize(4)
+        self.assertEqual((shrunk.num_slots, shrunk.relocated, shrunk.evicted), (4, 1, 0))
+        d.detach(a)
+
+        # A second scheduler admits one request (slot 1) and goes silent: its
+        # lease lapses, the request is released.        lease expiries 1
+        b = d.attach("scenario-b", hash_block_size=4)
+        r = self.ok(d.step(b, d.begin_pass(), d.admit("b0", anchor_pos=8)))
+        steps += 1
+        self.assertEqual(list(r[1].admit.slots), [1])
+        m = self.daemon.metrics()
+        self.assertEqual(m.value("statecache_sessions"), 1)
+        self.assertEqual(m.value("statecache_requests"), 1)
+        m = wait_for("the silent session's lease to lapse",
+                     lambda: (lambda m: m if m.value("statecache_lease_expiries_total") == 1
+                              else None)(self.daemon.metrics()),
+                     deadline_s=self.LEASE_MS / 1000 + 10)
+
+        # The unary RPC's observation may land just after its reply: wait
+        # for it, then assert exactly (never more).
+        m = wait_for("%d Step calls in statecache_rpc_duration_seconds_count" % steps,
+                     lambda: (lambda m: m if m.value("statecache_rpc_duration_seconds_count",
+                                                     method="Step") >= steps
+                              else None)(self.daemon.metrics()),
+                     deadline_s=5)
+        expected = {
+            ("statecache_checkpoints_kept_total", ()): 5,
+            ("statecache_checkpoints_dropped_total", ()): 1,
+            ("statecache_checkpoints_evicted_total", ()): 2,
+            ("statecache_checkpoints_orphaned_total", ()): 1,
+            ("statecache_resumes_total", (("outcome", "fork"),)): 3,
+            ("statecache_resumes_total", (("outcome", "adopt"),)): 1,
+            ("statecache_resumes_total", (("outcome", "miss"),)): 1,
+            ("statecache_resume_blocks_wanted_total", ()): 11,
+            ("statecache_resume_blocks_resumed_total", ()): 8,
+            ("statecache_slots", (("state", "used"),)): 0,
+            ("statecache_slots", (("state", "held"),)): 1,   # K1, now in slot 0
+            ("statecache_slots", (("state", "vacant"),)): 3,
+            ("statecache_slots_capacity", ()): 4,
+            ("statecache_indexed_checkpoints", ()): 1,
+            ("statecache_sessions", ()): 0,
+            ("statecache_requests", ()): 0,
+            ("statecache_lease_expiries_total", ()): 1,
+            ("statecache_session_evictions_total", ()): 0,
+            ("statecache_resizes_total", (("direction", "grow"),)): 1,
+            ("statecache_resizes_total", (("direction", "shrink"),)): 1,
+            ("statecache_step_operation_refusals_total",
+             (("code", "RESOURCE_EXHAUSTED"), ("op", "admit"))): 2,
+            ("statecache_rpc_duration_seconds_count", (("method", "Step"),)): steps,
+            ("statecache_rpc_duration_seconds_count", (("method", "Attach"),)): 2,
+            ("statecache_rpc_duration_seconds_count", (("method", "Resize"),)): 2,
+            ("statecache_draining", ()): 0,
+        }
+        got = {key: m.value(key[0], **dict(key[1])) for key in expected}
+        self.assertEqual(got, expected)
+        # Nothing else was refused.
+        self.assertEqual(m.total("statecache_step_operation_refusals_total"), 2)
+        self.assertEqual(m.total("statecache_rpc_refusals_total"), 0)
+        # One observation per operation: 8 + 4 + 6 + 5 + 5 + 6 + 1 + 2.
+        self.assertEqual(sum(m.series("statecache_step_operation_duration_seconds_count")
+                             .values()), 37)
+        self.assertEqual(m.value("statecache_step_operation_duration_seconds_count",
+                                 op="admit"), 4 + 6 + 4 + 1)
+        status, output = harness.promtool_check_metrics(m.text)
+        self.assertEqual((status, output), (0, ""))
+
+
+class PrometheusTest(unittest.TestCase):
+    """A real Prometheus server scrapes the daemon, configured from deploy/."""
+
+    DEADLINE_S = 20
+
+    def setUp(self):
+        self.daemon = Daemon(["--num_slots=48"])
+        self.dir = tempfile.mkdtemp(prefix="scm-prom-")
+        self.prometheus = None
+
+    def tearDown(self):
+        if self.prometheus is not None and self.prometheus.poll() is None:
+            self.prometheus.send_signal(signal.SIGTERM)
+            try:
+                self.prometheus.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.prometheus.kill()
+                self.prometheus.wait()
+        self.daemon.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def config_from_deploy(self):
+        """deploy/prometheus/prometheus.yml, pointed at this test's daemon."""
+        import yaml
+        deploy = os.path.join(harness.ARGS.source_dir, "deploy", "prometheus")
+        path = os.path.join(deploy, "prometheus.yml")
+        if not os.path.exists(path):
+            self.fail("%s is missing: the Prometheus test configures the server from it"
+                      % path)
+        with open(path) as f:
+            config = yaml.safe_load(f)
+        jobs = [j for j in config.get("scrape_configs") or [] if j.get("job_name") == "statecache"]
+        self.assertEqual(len(jobs), 1, "%s: no scrape job named statecache" % path)
+        job = jobs[0]
+        self.assertTrue(job.get("static_configs"), "%s: the statecache job has no "
+                        "static_configs to point at the test daemon" % path)
+        job["static_configs"] = [{"targets": ["127.0.0.1:%d" % self.daemon.metrics_port]}]
+        for key in ("scrape_interval", "scrape_timeout"):
+            job.pop(key, None)
+        config.setdefault("global", {})
+        config["global"].update({"scrape_interval": "1s", "scrape_timeout": "1s",
+                                 "evaluation_interval": "1s"})
+        # Rule files are relative to the deploy config: keep them, so the
+        # server loads the deploy rules too.
+        config["rule_files"] = [os.path.join(deploy, r) for r in config.get("rule_files") or []]
+        out = os.path.join(self.dir, "prometheus.yml")
+        with open(out, "w") as f:
+            yaml.safe_dump(config, f)
+        return out, len(config["rule_files"])
+
+    def query(self, port, promql):
+        url = "http://127.0.0.1:%d/api/v1/query?%s" % (
+            port, urllib.parse.urlencode({"query": promql}))
+        status, body = harness.http_get(url)
+        if status != 200:
+            return None
+        reply = json.loads(body)
+        self.assertEqual(reply["status"], "success", body)
+        return reply["data"]["result"]
+
+    def start_prometheus(self, config):
+        """Starts the server on a free loopback port; returns the port."""
+        for attempt in range(3):
+            port = harness.free_port()
+            log = open(os.path.join(self.dir, "prometheus.log"), "wb")
+            self.prometheus = subprocess.Popen(
+                [harness.ARGS.prometheus, "--config.file=" + config,
+                 "--storage.tsdb.path=" + os.path.join(self.dir, "data-%d" % attempt),
+                 "--web.listen-address=127.0.0.1:%d" % port],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+            log.close()
+            ready = wait_for("prometheus to be ready or exit",
+                             lambda: self.prometheus.poll() is not None or
+                             harness.http_get("http://127.0.0.1:%d/-/ready" % port)[0] == 200,
+                             deadline_s=self.DEADLINE_S, interval_s=0.1)
+            if self.prometheus.poll() is None and ready:
+                return port
+            # Exited: most likely someone took the port between bind and use.
+        with open(os.path.join(self.dir, "prometheus.log")) as f:
+            self.fail("prometheus did not start:\n" + f.read())
+
+    def test_prometheus_scrapes_the_daemon(self):
+        config, num_rule_files = self.config_from_deploy()
+        port = self.start_prometheus(config)
+
+        result = wait_for(
+            "statecache_slots_capacity in Prometheus",
+            lambda: self.query(port, "statecache_slots_capacity"),
+            deadline_s=self.DEADLINE_S, interval_s=0.2)
+        self.assertEqual(len(result), 1, result)
+        series = result[0]
+        self.assertEqual(series["metric"]["job"], "statecache")
+        self.assertEqual(series["metric"]["instance"], "127.0.0.1:%d" % self.daemon.metrics_port)
+        self.assertEqual(float(series["value"][1]), 48)
+
+        up = self.query(port, 'up{job="statecache"} == 1')
+        self.assertEqual(len(up or []), 1, up)
+
+        # The operator's queries (docs/operators.md) evaluate.
+        for promql in [
+                "sum(rate(statecache_resume_blocks_resumed_total[5m])) / "
+                "sum(rate(statecache_resume_blocks_wanted_total[5m]))",
+                "rate(statecache_checkpoints_evicted_total[5m])",
+                'statecache_slots{state="vacant"}',
+                "histogram_quantile(0.99, sum by (le, method) "
+                "(rate(statecache_rpc_duration_seconds_bucket[5m])))"]:
+            self.assertIsNotNone(self.query(port, promql), promql)
+        self.assertEqual(len(self.query(port, 'statecache_slots{state="vacant"}')), 1)
+
+        # The deploy rules were loaded with the config.
+        if num_rule_files:
+            status, body = harness.http_get("http://127.0.0.1:%d/api/v1/rules" % port)
+            self.assertEqual(status, 200, body)
+            groups = json.loads(body)["data"]["groups"]
+            self.assertTrue(groups, "the deploy rule files loaded no rule group")
+
+
+if __name__ == "__main__":
+    harness.main()
