@@ -138,6 +138,11 @@ absl::StatusOr<OperationResult> FromProto(const v1::OperationResult& proto) {
       return UnindexResult{.orphaned = proto.unindex().orphaned()};
     case v1::OperationResult::kClearIndex:
       return ClearIndexResult{};
+    case v1::OperationResult::kCopy:
+      return CopyOpResult{.bytes = proto.copy().bytes()};
+    case v1::OperationResult::kSnapshot:
+      return SnapshotResult{.slot = proto.snapshot().slot(),
+                            .kept = proto.snapshot().kept()};
     case v1::OperationResult::RESULT_NOT_SET:
       break;
   }
@@ -280,6 +285,24 @@ StepBuilder& StepBuilder::Unindex(absl::Span<const int64_t> hashes) {
 
 StepBuilder& StepBuilder::ClearIndex() {
   rep_->request.add_operations()->mutable_clear_index();
+  return *this;
+}
+
+StepBuilder& StepBuilder::Copy(std::string_view request_id, int32_t from_index,
+                               int32_t to_index) {
+  v1::Copy* op = rep_->request.add_operations()->mutable_copy();
+  op->set_request_id(std::string(request_id));
+  op->set_from_index(from_index);
+  op->set_to_index(to_index);
+  return *this;
+}
+
+StepBuilder& StepBuilder::Snapshot(std::string_view request_id,
+                                   int64_t position, int64_t hash) {
+  v1::Snapshot* op = rep_->request.add_operations()->mutable_snapshot();
+  op->set_request_id(std::string(request_id));
+  op->set_position(position);
+  op->set_hash(hash);
   return *this;
 }
 
@@ -529,6 +552,8 @@ absl::StatusOr<SessionInfo> Client::Attach(const ModelIdentity& identity,
   request.mutable_identity()->set_hash_block_size(identity.hash_block_size);
   request.mutable_identity()->set_hash_namespace(identity.hash_namespace);
   request.mutable_identity()->set_num_spec(identity.num_spec);
+  request.mutable_identity()->set_layout_fingerprint(
+      identity.layout_fingerprint);
   request.set_client_name(std::string(client_name));
   v1::AttachResponse response;
   grpc::ClientContext context;
@@ -545,7 +570,10 @@ absl::StatusOr<SessionInfo> Client::Attach(const ModelIdentity& identity,
       .lease_ttl = absl::Milliseconds(response.lease_ttl_ms()),
       .num_slots = response.num_slots(),
       .transfer = FromProto(response.transfer()),
-      .max_operations_per_step = response.max_operations_per_step()};
+      .max_operations_per_step = response.max_operations_per_step(),
+      .state_memory = response.has_memory()
+                          ? response.memory().SerializeAsString()
+                          : std::string()};
   impl.session = info;
   ++impl.generation;
   impl.lease_lost = false;

@@ -75,6 +75,9 @@ struct ModelIdentity {
   int64_t hash_block_size = 0;
   std::string hash_namespace = {};
   int32_t num_spec = 0;
+  // The state layout's fingerprint; when set, Attach refuses a daemon whose
+  // layout differs (see StateMemory in the proto).
+  std::string layout_fingerprint = {};
 };
 
 // How the daemon's backend carries state across a checkpoint.
@@ -93,6 +96,11 @@ struct SessionInfo {
   int64_t num_slots = 0;
   TransferConfig transfer;
   int32_t max_operations_per_step = 0;
+  // The state memory, as a serialized statecache.v1.StateMemory; empty when
+  // the daemon keeps none. RegionFromStateMemory (client/state_memory.h)
+  // turns it into the typed view (layout, every placement) that
+  // HostRegion::Open maps.
+  std::string state_memory;
 };
 
 // ----------------------------------------------------------- step results
@@ -158,12 +166,21 @@ struct UnindexResult {
   int32_t orphaned = 0;
 };
 struct ClearIndexResult {};
+// "Op": statecache::CopyResult is the device layer's report of a copy.
+struct CopyOpResult {
+  uint64_t bytes = 0;
+};
+struct SnapshotResult {
+  int64_t slot = -1;  // -1 when dropped
+  bool kept = false;
+};
 
 using OperationResult =
     std::variant<BeginPassResult, AdmitResult, ResumableHitResult, LookupResult,
                  ReserveResult, PublishResult, CancelResult,
                  ForkCheckpointResult, ConsumeForkResult, AdoptForkSourceResult,
-                 ReleaseResult, UnindexResult, ClearIndexResult>;
+                 ReleaseResult, UnindexResult, ClearIndexResult, CopyOpResult,
+                 SnapshotResult>;
 
 // The outcome of one Step: one entry per operation, in the order they were
 // added to the StepBuilder. A refused operation's entry is its status (it had
@@ -227,6 +244,11 @@ class StepBuilder {
   StepBuilder& Release(std::string_view request_id);
   StepBuilder& Unindex(absl::Span<const int64_t> hashes);
   StepBuilder& ClearIndex();
+  // The daemon's copy engine (needs state memory).
+  StepBuilder& Copy(std::string_view request_id, int32_t from_index,
+                    int32_t to_index);
+  StepBuilder& Snapshot(std::string_view request_id, int64_t position,
+                        int64_t hash);
 
   // Operations added so far.
   size_t size() const;

@@ -461,8 +461,10 @@ int Serve() {
     (*cache)->AddObserver(&metrics);
     if (device) metrics.OnStateBytes(static_cast<int64_t>(device->CommittedBytes()));
     const std::vector<int> ports = metrics.ListeningPorts();
-    LOG_INFO("metrics on http://%s/metrics (port %d)", metrics_address,
-             ports.empty() ? 0 : ports[0]);
+    const int port = ports.empty() ? 0 : ports[0];
+    // The bound port, so ":0" reads as the real address.
+    std::string host = metrics_address.substr(0, metrics_address.rfind(':'));
+    LOG_INFO("metrics on http://%s:%d/metrics (port %d)", host, port, port);
   }
   RpcObserver* rpc_observer = metrics_address.empty() ? nullptr : &metrics;
   StateCacheGrpcService scheduler_service(cache->get(), &events, rpc_observer);

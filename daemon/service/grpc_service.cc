@@ -41,9 +41,10 @@ grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context,
                                       const absl::Status& status,
                                       RpcObserver* observer, RpcMethod method,
                                       absl::Time start) {
+  // Recorded before Finish, so a scrape after the reply sees this call.
+  Observe(observer, method, status, start);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(ToGrpcStatus(status));
-  Observe(observer, method, status, start);
   return reactor;
 }
 
@@ -173,6 +174,7 @@ class ResizeReactor final : public grpc::ServerUnaryReactor {
     if (!shared->TakeFinish()) return;
     LOG_INFO("resize call from %s cancelled (the resize itself goes on)",
              peer_);
+    Observe(observer_, RpcMethod::kResize, absl::CancelledError(), start_);
     Finish(grpc::Status(grpc::StatusCode::CANCELLED, "Resize call cancelled"));
   }
 

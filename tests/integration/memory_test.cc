@@ -270,3 +270,59 @@ TEST_F(MemoryTest, ShrinkRelocatesLiveAndCheckpointedSlotsAndReturnsMemory) {
 
 }  // namespace
 }  // namespace statecache::testing
+
+namespace statecache::testing {
+namespace {
+
+// The same through the C++ client library: Attach's typed view of the
+// memory, and the copy engine's operations from the StepBuilder.
+TEST_F(MemoryTest, ClientLibraryMapsTheRegionAndCopies) {
+  absl::StatusOr<std::unique_ptr<Client>> client =
+      Client::Connect(daemon_->address(), ClientOptions{});
+  ASSERT_TRUE(client.ok()) << client.status();
+  ModelIdentity identity = TestIdentity();
+  identity.layout_fingerprint = region_.layout_fingerprint;
+  absl::StatusOr<SessionInfo> session = (*client)->Attach(identity, "lib");
+  ASSERT_TRUE(session.ok()) << session.status();
+  absl::StatusOr<RegionExport> region =
+      RegionFromStateMemory(session->state_memory);
+  ASSERT_TRUE(region.ok()) << region.status();
+  EXPECT_EQ(region->handle, region_.handle);
+  EXPECT_EQ(region->layout.bytes_per_slot(), region_.layout.bytes_per_slot());
+
+  StepBuilder admit;
+  const std::vector<int64_t> hashes = {7001};
+  admit.Admit("lib-req", 2, 100, 64, hashes, 0);
+  absl::StatusOr<StepResults> r = (*client)->Step(admit);
+  ASSERT_TRUE(r.ok()) << r.status();
+  auto adm = r->Get<AdmitResult>(0);
+  ASSERT_TRUE(adm.ok()) << adm.status();
+  Fill(adm->slots[1], 42);
+  StepBuilder copy;
+  copy.Copy("lib-req", 1, 0).Snapshot("lib-req", 64, 7001);
+  absl::StatusOr<StepResults> c = (*client)->Step(copy);
+  ASSERT_TRUE(c.ok()) << c.status();
+  auto copied = c->Get<CopyOpResult>(0);
+  ASSERT_TRUE(copied.ok()) << copied.status();
+  EXPECT_EQ(copied->bytes, region_.layout.bytes_per_slot());
+  EXPECT_TRUE(Holds(adm->slots[0], 42));
+  auto snap = c->Get<SnapshotResult>(1);
+  ASSERT_TRUE(snap.ok()) << snap.status();
+  ASSERT_TRUE(snap->kept);
+  EXPECT_TRUE(Holds(snap->slot, 42));
+
+  // A client built for another layout is refused at Attach.
+  absl::StatusOr<std::unique_ptr<Client>> other =
+      Client::Connect(daemon_->address(), ClientOptions{});
+  ASSERT_TRUE(other.ok()) << other.status();
+  identity.layout_fingerprint = "0000000000000000";
+  absl::StatusOr<SessionInfo> wrong = (*other)->Attach(identity, "lib");
+  EXPECT_EQ(wrong.status().code(), absl::StatusCode::kFailedPrecondition)
+      << wrong.status();
+  EXPECT_NE(wrong.status().message().find("layout_fingerprint"),
+            std::string::npos)
+      << wrong.status();
+}
+
+}  // namespace
+}  // namespace statecache::testing
