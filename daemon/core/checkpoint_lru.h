@@ -25,10 +25,9 @@ struct LruLinks {
   int32_t next = kNilSlot;
 };
 
-template <typename Node>
+template <typename Node, typename Nodes = std::vector<Node>>
 class IntrusiveLru {
  public:
-  using Nodes = std::vector<Node>;
 
   int64_t size() const { return size_; }
   bool empty() const { return size_ == 0; }

@@ -370,7 +370,7 @@ int64_t SlotPool::TakeRelocationTarget(int64_t exclude) {
   if (vacant >= 0) return vacant;
   if (checkpointed_.empty()) return -1;
   int64_t slot = checkpointed_.Front();
-  if (slot == exclude) slot = IntrusiveLru<SlotState>::Next(slots_, slot);
+  if (slot == exclude) slot = decltype(checkpointed_)::Next(slots_, slot);
   if (slot == kNilSlot) return -1;
   SpendCheckpoint(slot);
   return slot;

@@ -52,6 +52,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "daemon/core/checkpoint_lru.h"
+#include "daemon/core/huge_page_allocator.h"
 #include "daemon/core/sequence.h"
 #include "daemon/core/slot_retirement.h"
 #include "daemon/core/state_transfer.h"
@@ -364,14 +365,19 @@ class SlotPool {
   StateTransfer transfer_;
   int64_t hash_block_size_;
 
-  std::vector<SlotState> slots_;        // per index; size() == capacity()
+  // Per index; size() == capacity(). Huge pages: see huge_page_allocator.h.
+  std::vector<SlotState, HugePageAllocator<SlotState>> slots_;
   // Reservation (position, hash) per index, valid while kReserved.
   std::vector<std::pair<int64_t, int64_t>> reservation_;
   int64_t num_free_ = 0;
   VacantSet vacant_;                    // free slots with hash == -1
-  IntrusiveLru<SlotState> checkpointed_;  // free slots with a hash, LRU order
+  IntrusiveLru<SlotState, decltype(slots_)> checkpointed_;  // free slots with a hash, LRU order
   std::vector<int32_t> pinned_;         // slots with pins > 0, unordered
-  absl::flat_hash_map<int64_t, int64_t> hash_to_slot_;
+  absl::flat_hash_map<
+      int64_t, int64_t, absl::container_internal::hash_default_hash<int64_t>,
+      absl::container_internal::hash_default_eq<int64_t>,
+      HugePageAllocator<std::pair<const int64_t, int64_t>>>
+      hash_to_slot_;
   std::vector<std::pair<int64_t, int64_t>> relocations_;
   CheckpointFates fates_;
   // Scratch for SeenBefore (mutable: used by const validation).
