@@ -13,6 +13,7 @@
 #include "absl/container/btree_map.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/time/time.h"
 #include "daemon/core/slot_pool.h"
 
@@ -58,8 +59,27 @@ struct Session {
   // Slot -> this session's pins on it; ordered, so the clock releases in
   // slot order as the reference's release_pins does.
   absl::btree_map<int64_t, SessionPin> pins;
-  // Slot -> requests of this session whose fork source it is.
-  absl::flat_hash_map<int64_t, absl::flat_hash_set<std::string>> readers;
+  // Slot -> requests of this session whose fork source it is (a slot has
+  // one or two readers in practice, hence the inline vector).
+  absl::flat_hash_map<int64_t, absl::InlinedVector<Request*, 2>> readers;
+
+  void AddReader(int64_t slot, Request* request) {
+    readers[slot].push_back(request);
+  }
+  // No-op if `request` is not a reader of `slot`.
+  void RemoveReader(int64_t slot, const Request* request) {
+    auto it = readers.find(slot);
+    if (it == readers.end()) return;
+    auto& list = it->second;
+    for (size_t i = 0; i < list.size(); ++i) {
+      if (list[i] == request) {
+        list[i] = list.back();
+        list.pop_back();
+        break;
+      }
+    }
+    if (list.empty()) readers.erase(it);
+  }
   std::vector<PendingMove> moves;
   int64_t slots_held = 0;
 };

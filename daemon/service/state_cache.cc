@@ -436,11 +436,7 @@ absl::Status StateCache::RunOperation(Session& session,
                        FindRequest(session, op.consume_fork().request_id()));
       result->mutable_consume_fork()->set_fork_src(request->fork_src);
       if (request->fork_src >= 0) {
-        auto readers = session.readers.find(request->fork_src);
-        if (readers != session.readers.end()) {
-          readers->second.erase(request->id);
-          if (readers->second.empty()) session.readers.erase(readers);
-        }
+        session.RemoveReader(request->fork_src, request);
         request->fork_src = -1;
       }
       return absl::OkStatus();
@@ -500,10 +496,7 @@ absl::Status StateCache::BeginPass(Session& session,
     // Its readers forget it: the slot may be handed to someone else now.
     auto readers = session.readers.find(slot);
     if (readers != session.readers.end()) {
-      for (const std::string& id : readers->second) {
-        auto req = session.requests.find(id);
-        if (req != session.requests.end()) req->second->fork_src = -1;
-      }
+      for (Request* reader : readers->second) reader->fork_src = -1;
       session.readers.erase(readers);
     }
     it = session.pins.erase(it);
@@ -575,7 +568,7 @@ absl::Status StateCache::Admit(Session& session, const v1::Admit& op,
       (void)pool_.Pin(src, /*reader_is_next_batch=*/false);
       SessionPin& pin = session.pins[src];
       ++pin.count;
-      session.readers[src].insert(request->id);
+      session.AddReader(src, request.get());
       request->fork_src = src;
       outcome = ResumeOutcome::kFork;
     } else {
@@ -691,15 +684,9 @@ absl::Status StateCache::CheckpointOp(Session& session,
   ++pin.count;
   pin.deferred = true;
   // The request now reads `old` next; an earlier source stays on the clock.
-  if (request->fork_src >= 0) {
-    auto readers = session.readers.find(request->fork_src);
-    if (readers != session.readers.end()) {
-      readers->second.erase(request->id);
-      if (readers->second.empty()) session.readers.erase(readers);
-    }
-  }
+  if (request->fork_src >= 0) session.RemoveReader(request->fork_src, request);
   request->fork_src = old;
-  session.readers[old].insert(request->id);
+  session.AddReader(old, request);
   return absl::OkStatus();
 }
 
@@ -764,11 +751,7 @@ void StateCache::ReleaseRequest(Session& session, Request& request) {
       (void)pool_.DropReader(src);
       if (--pin->second.count == 0) session.pins.erase(pin);
     }
-    auto readers = session.readers.find(src);
-    if (readers != session.readers.end()) {
-      readers->second.erase(request.id);
-      if (readers->second.empty()) session.readers.erase(readers);
-    }
+    session.RemoveReader(src, &request);
     request.fork_src = -1;
   }
 }
@@ -1177,11 +1160,12 @@ absl::Status StateCache::CheckInvariants() const {
         return absl::InternalError(absl::StrCat(
             "slot ", slot, " has readers but no pin in session ", id));
       }
-      for (const std::string& rid : readers) {
-        auto req = session->requests.find(rid);
-        if (req == session->requests.end() || req->second->fork_src != slot) {
+      for (const Request* reader : readers) {
+        auto req = session->requests.find(reader->id);
+        if (req == session->requests.end() || req->second.get() != reader ||
+            reader->fork_src != slot) {
           return absl::InternalError(absl::StrCat(
-              "reader '", rid, "' of slot ", slot, " does not read it"));
+              "reader '", reader->id, "' of slot ", slot, " does not read it"));
         }
       }
     }
