@@ -88,8 +88,9 @@ struct Arenas {
 };
 
 BenchCall Compact(const replay::Call& c, Arenas& arenas) {
-  BenchCall out{c.op, c.flag, c.seq.has_value(), c.a, c.b,
-                c.seq.value_or(Sequence{}), 0, 0};
+  BenchCall out{c.op, c.flag, c.seq.has_value(),
+                c.a,  c.b,    c.seq.value_or(Sequence{}),
+                0,    0};
   if (!c.ints.empty()) {
     out.off = static_cast<uint32_t>(arenas.ints.size());
     out.len = static_cast<uint32_t>(c.ints.size());
@@ -113,34 +114,45 @@ BenchCall Compact(const replay::Call& c, Arenas& arenas) {
 int64_t RunCall(SlotPool& pool, const BenchCall& c, const Arenas& arenas) {
   using replay::Op;
   const Sequence& seq = c.seq;
-  const absl::Span<const int64_t> ints(arenas.ints.data() + c.off,
-                                       c.op == Op::kReleaseMany ||
-                                               c.op == Op::kResumableHit
-                                           ? c.len
-                                           : 0);
+  const absl::Span<const int64_t> ints(
+      arenas.ints.data() + c.off,
+      c.op == Op::kReleaseMany || c.op == Op::kResumableHit ? c.len : 0);
   auto fold = [](const absl::Status& s) -> int64_t { return s.ok() ? 0 : 1; };
   switch (c.op) {
-    case Op::kHasFree: return pool.HasFree(c.a).value_or(false);
-    case Op::kNumFree: return pool.NumFree();
-    case Op::kIsFree: return pool.IsFree(c.a).value_or(false);
-    case Op::kHoldsCheckpoint: return pool.HoldsCheckpoint(c.a).value_or(false);
-    case Op::kPop: return pool.Pop().value_or(-1);
+    case Op::kHasFree:
+      return pool.HasFree(c.a).value_or(false);
+    case Op::kNumFree:
+      return pool.NumFree();
+    case Op::kIsFree:
+      return pool.IsFree(c.a).value_or(false);
+    case Op::kHoldsCheckpoint:
+      return pool.HoldsCheckpoint(c.a).value_or(false);
+    case Op::kPop:
+      return pool.Pop().value_or(-1);
     case Op::kPopMany: {
       auto r = pool.PopMany(c.a);
       return r.ok() ? static_cast<int64_t>(r->size()) : -1;
     }
-    case Op::kClaim: return fold(pool.Claim(c.a));
-    case Op::kMarkSpeculative: return fold(pool.MarkSpeculative(c.a));
-    case Op::kPromote: return fold(pool.Promote(c.a));
-    case Op::kRelease: return fold(pool.Release(c.a));
-    case Op::kReleaseMany: return fold(pool.ReleaseMany(ints));
-    case Op::kExtend: return fold(pool.Extend(c.a));
+    case Op::kClaim:
+      return fold(pool.Claim(c.a));
+    case Op::kMarkSpeculative:
+      return fold(pool.MarkSpeculative(c.a));
+    case Op::kPromote:
+      return fold(pool.Promote(c.a));
+    case Op::kRelease:
+      return fold(pool.Release(c.a));
+    case Op::kReleaseMany:
+      return fold(pool.ReleaseMany(ints));
+    case Op::kExtend:
+      return fold(pool.Extend(c.a));
     case Op::kRetireTop: {
       auto r = pool.RetireTop();
       return r.ok() && r->has_value() ? (*r)->relocated_to : -2;
     }
-    case Op::kApplies: return pool.Applies(seq);
-    case Op::kLookup: return pool.Lookup(c.a).value_or(-1);
+    case Op::kApplies:
+      return pool.Applies(seq);
+    case Op::kLookup:
+      return pool.Lookup(c.a).value_or(-1);
     case Op::kResumableHit:
       return pool.ResumableHit(seq, c.a, ints, c.flag).value_or(-1);
     case Op::kReserveMidstep: {
@@ -161,21 +173,36 @@ int64_t RunCall(SlotPool& pool, const BenchCall& c, const Arenas& arenas) {
       auto r = pool.Checkpoint(seq, c.a, c.b);
       return r.ok() ? r->state_slot : -1;
     }
-    case Op::kCheckpointFates: return pool.Fates().kept;
-    case Op::kOccupancy: return pool.GetOccupancy().held;
-    case Op::kRecordRelocation: return fold(pool.RecordRelocation(c.a, c.b));
+    case Op::kCheckpointFates:
+      return pool.Fates().kept;
+    case Op::kOccupancy:
+      return pool.GetOccupancy().held;
+    case Op::kRecordRelocation:
+      return fold(pool.RecordRelocation(c.a, c.b));
     case Op::kTakeRelocations:
       return static_cast<int64_t>(pool.TakeRelocations().size());
-    case Op::kUnindex: return fold(pool.Unindex(c.a));
-    case Op::kClearIndex: pool.ClearIndex(); return 0;
-    case Op::kInvalidate: return fold(pool.Invalidate(c.a));
-    case Op::kPin: return fold(pool.Pin(c.a, c.flag));
-    case Op::kIsPinned: return pool.IsPinned(c.a).value_or(false);
-    case Op::kPinCount: return pool.PinCount(c.a).value_or(-1);
-    case Op::kUnpin: return fold(pool.Unpin(c.a));
-    case Op::kDropReader: return fold(pool.DropReader(c.a));
-    case Op::kReleasePins: pool.ReleasePins(); return 0;
-    case Op::kDump: return 0;  // never timed
+    case Op::kUnindex:
+      return fold(pool.Unindex(c.a));
+    case Op::kClearIndex:
+      pool.ClearIndex();
+      return 0;
+    case Op::kInvalidate:
+      return fold(pool.Invalidate(c.a));
+    case Op::kPin:
+      return fold(pool.Pin(c.a, c.flag));
+    case Op::kIsPinned:
+      return pool.IsPinned(c.a).value_or(false);
+    case Op::kPinCount:
+      return pool.PinCount(c.a).value_or(-1);
+    case Op::kUnpin:
+      return fold(pool.Unpin(c.a));
+    case Op::kDropReader:
+      return fold(pool.DropReader(c.a));
+    case Op::kReleasePins:
+      pool.ReleasePins();
+      return 0;
+    case Op::kDump:
+      return 0;  // never timed
   }
   return 0;
 }
@@ -188,8 +215,9 @@ void TraceComparison() {
     trace = "/tmp/statecache_pool_bench_trace.jsonl";
     std::printf("generating a %d-call scheduler trace...\n",
                 absl::GetFlag(FLAGS_calls));
-    RunCommand(absl::StrCat("python3 ", src, "/tests/parity/gen_traces.py --reference-dir ",
-                            ref, " --long ", trace, " --calls ",
+    RunCommand(absl::StrCat("python3 ", src,
+                            "/tests/parity/gen_traces.py --reference-dir ", ref,
+                            " --long ", trace, " --calls ",
                             absl::GetFlag(FLAGS_calls), " >/dev/null"));
   }
   std::ifstream in(trace);
@@ -210,7 +238,8 @@ void TraceComparison() {
   Arenas arenas;
   std::vector<BenchCall> compact;
   compact.reserve(calls.size());
-  for (const replay::Call& call : calls) compact.push_back(Compact(call, arenas));
+  for (const replay::Call& call : calls)
+    compact.push_back(Compact(call, arenas));
   const int reps = absl::GetFlag(FLAGS_reps);
   std::vector<double> cpp_rate;
   int64_t refused = 0;
@@ -218,9 +247,10 @@ void TraceComparison() {
     SlotPool pool = *replay::MakePool(lines[0].config);
     int64_t checksum = 0;
     const auto start = Clock::now();
-    for (const BenchCall& call : compact) checksum += RunCall(pool, call, arenas);
-    const double ns = std::chrono::duration<double, std::nano>(
-                          Clock::now() - start).count();
+    for (const BenchCall& call : compact)
+      checksum += RunCall(pool, call, arenas);
+    const double ns =
+        std::chrono::duration<double, std::nano>(Clock::now() - start).count();
     cpp_rate.push_back(calls.size() / (ns * 1e-9));
     if (r == 0) {
       // Untimed: the same calls through the replay tool's path, counting
@@ -236,24 +266,27 @@ void TraceComparison() {
     std::printf("SlotPool (C++) %.0f calls/s\n", Median(cpp_rate));
     return;
   }
-  const std::string ref_out = RunCommand(
-      absl::StrCat("python3 ", src, "/bench/reference_timing.py --reference-dir ",
-                   ref, " --reps ", reps, " ", trace));
+  const std::string ref_out = RunCommand(absl::StrCat(
+      "python3 ", src, "/bench/reference_timing.py --reference-dir ", ref,
+      " --reps ", reps, " ", trace));
   std::vector<double> ref_rate;
-  for (absl::string_view line : absl::StrSplit(ref_out, '\n', absl::SkipEmpty())) {
+  for (absl::string_view line :
+       absl::StrSplit(ref_out, '\n', absl::SkipEmpty())) {
     long long n = 0, ns = 0;
-    if (std::sscanf(std::string(line).c_str(), "calls=%lld ns=%lld", &n, &ns) == 2) {
+    if (std::sscanf(std::string(line).c_str(), "calls=%lld ns=%lld", &n, &ns) ==
+        2) {
       ref_rate.push_back(n / (ns * 1e-9));
     }
   }
   const double cpp = Median(cpp_rate);
   const double py = Median(ref_rate);
-  std::printf("\n(a) scheduler trace: %zu pool calls (%lld refused), median of %d\n",
-              calls.size(), static_cast<long long>(refused), reps);
-  std::printf("    %-22s %14.0f calls/s  %8.1f ns/call\n", "reference (Python)", py,
-              1e9 / py);
-  std::printf("    %-22s %14.0f calls/s  %8.1f ns/call\n", "SlotPool (C++)", cpp,
-              1e9 / cpp);
+  std::printf(
+      "\n(a) scheduler trace: %zu pool calls (%lld refused), median of %d\n",
+      calls.size(), static_cast<long long>(refused), reps);
+  std::printf("    %-22s %14.0f calls/s  %8.1f ns/call\n", "reference (Python)",
+              py, 1e9 / py);
+  std::printf("    %-22s %14.0f calls/s  %8.1f ns/call\n", "SlotPool (C++)",
+              cpp, 1e9 / cpp);
   std::printf("    ratio C++/reference    %14.1fx\n", cpp / py);
 }
 
@@ -274,7 +307,7 @@ double MixNanosPerCall(int64_t num_slots, int64_t mix_calls, uint64_t seed) {
   SlotPool pool = *SlotPool::Create(
       num_slots, *StateTransfer::Create(TransferKind::kFork, 1, false), 64);
   std::mt19937_64 rng(seed);
-  std::vector<int64_t> live;   // committed slots of running requests
+  std::vector<int64_t> live;  // committed slots of running requests
   std::vector<int64_t> recent(kRecent, 0);  // recently filed hashes (ring)
   size_t recent_next = 0;
   int64_t next_hash = 1;
@@ -360,12 +393,14 @@ void SizeScaling() {
   }
   const int reps = absl::GetFlag(FLAGS_reps);
   const int64_t mix = absl::GetFlag(FLAGS_mix_calls);
-  std::printf("\n(b) per-call cost of one call mix, %lld calls per run, median of %d\n",
-              static_cast<long long>(mix), reps);
+  std::printf(
+      "\n(b) per-call cost of one call mix, %lld calls per run, median of %d\n",
+      static_cast<long long>(mix), reps);
   double base = 0;
   for (int64_t n : sizes) {
     std::vector<double> v;
-    for (int r = 0; r < reps; ++r) v.push_back(MixNanosPerCall(n, mix, 1000 + r));
+    for (int r = 0; r < reps; ++r)
+      v.push_back(MixNanosPerCall(n, mix, 1000 + r));
     const double med = Median(v);
     if (base == 0) base = med;
     std::printf("    %9lld slots  %7.1f ns/call  %5.2fx the %lld-slot cost\n",

@@ -13,6 +13,7 @@
 //     steps over StepStream).
 // Every figure is the median over --reps runs.
 #include <fcntl.h>
+#include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -23,13 +24,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
-#include <random>
 #include <memory>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -120,11 +119,12 @@ class Scheduler {
     req.add_operations()->mutable_begin_pass();
     if (ops_ == 1) return req;
     // Releases of the oldest running requests, once the batch is full.
-    const int to_release =
-        std::min<int>(admits_, std::max<int>(0, static_cast<int>(running_.size()) +
-                                                    admits_ - batch_));
+    const int to_release = std::min<int>(
+        admits_,
+        std::max<int>(0, static_cast<int>(running_.size()) + admits_ - batch_));
     for (int i = 0; i < to_release; ++i) {
-      req.add_operations()->mutable_release()->set_request_id(running_.front().id);
+      req.add_operations()->mutable_release()->set_request_id(
+          running_.front().id);
       running_.erase(running_.begin());
     }
     // Forks consumed and checkpoints for the running batch.
@@ -141,13 +141,15 @@ class Scheduler {
     }
     // Admissions: a new turn extends a conversation's prompt. admits_ per
     // pass in the steady state; more while the batch is filling up.
-    const int want = std::max<int>(
-        admits_, batch_ - static_cast<int>(running_.size()));
+    const int want =
+        std::max<int>(admits_, batch_ - static_cast<int>(running_.size()));
     for (int k = 0; k < want && req.operations_size() < ops_; ++k) {
       const size_t ci = rng_() % convs_.size();
       Conversation& conv = convs_[ci];
-      if (conv.hashes.empty()) conv.hashes.push_back(static_cast<int64_t>(rng_() >> 1));
-      if (conv.hashes.size() > 32) conv.hashes.erase(conv.hashes.begin() + 1, conv.hashes.end() - 8);
+      if (conv.hashes.empty())
+        conv.hashes.push_back(static_cast<int64_t>(rng_() >> 1));
+      if (conv.hashes.size() > 32)
+        conv.hashes.erase(conv.hashes.begin() + 1, conv.hashes.end() - 8);
       const int kv_hit = static_cast<int>(conv.hashes.size());
       conv.hashes.push_back(static_cast<int64_t>(rng_() >> 1));
       const std::string id = absl::StrCat("r", next_id_++);
@@ -247,7 +249,8 @@ Latency PingLatency(v1::StateCache::Stub& stub, int n) {
     v1::PingResponse resp;
     const auto t0 = Clock::now();
     grpc::Status s = stub.Ping(&ctx, v1::PingRequest(), &resp);
-    us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    us.push_back(
+        std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
     if (!s.ok()) std::exit(1);
   }
   return Summarise(us);
@@ -268,7 +271,8 @@ Latency UnaryStepLatency(v1::StateCache::Stub& stub, int ops, int n) {
     v1::StepResponse resp;
     const auto t0 = Clock::now();
     grpc::Status s = stub.Step(&ctx, req, &resp);
-    us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    us.push_back(
+        std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
     if (!s.ok()) {
       std::fprintf(stderr, "step: %s\n", s.error_message().c_str());
       std::exit(1);
@@ -296,7 +300,8 @@ Latency StreamStepLatency(v1::StateCache::Stub& stub, int ops, int n) {
       std::fprintf(stderr, "stream broke\n");
       std::exit(1);
     }
-    us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    us.push_back(
+        std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
     CheckStep(resp);
   }
   stream->WritesDone();
@@ -365,7 +370,8 @@ Latency InProcessStepLatency(int ops, int n) {
     v1::StepResponse resp;
     const auto t0 = Clock::now();
     (void)cache->Step(req, &resp);
-    us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    us.push_back(
+        std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
     CheckStep(resp);
   }
   return Summarise(us);
@@ -383,8 +389,8 @@ int main(int argc, char** argv) {
   using namespace statecache;
   absl::ParseCommandLine(argc, argv);
   Daemon daemon;
-  auto channel = grpc::CreateChannel(daemon.address(),
-                                     grpc::InsecureChannelCredentials());
+  auto channel =
+      grpc::CreateChannel(daemon.address(), grpc::InsecureChannelCredentials());
   auto stub = v1::StateCache::NewStub(channel);
   const int n = absl::GetFlag(FLAGS_iterations);
   const int reps = absl::GetFlag(FLAGS_reps);
@@ -426,12 +432,13 @@ int main(int argc, char** argv) {
                 static_cast<long long>(g_refused.load()),
                 g_first_refusal.c_str());
   }
-  std::printf("\nthroughput: 64-op steps over StepStream, one session per thread\n");
+  std::printf(
+      "\nthroughput: 64-op steps over StepStream, one session per thread\n");
   for (int sessions : {1, 4, 16}) {
     std::vector<double> rates;
     for (int r = 0; r < reps; ++r) {
-      rates.push_back(Throughput(daemon.address(), sessions,
-                                 absl::GetFlag(FLAGS_seconds)));
+      rates.push_back(
+          Throughput(daemon.address(), sessions, absl::GetFlag(FLAGS_seconds)));
     }
     std::printf("  %2d sessions  %10.0f steps/s  (%.0f ops/s)\n", sessions,
                 Median(rates), Median(rates) * 64);

@@ -103,10 +103,11 @@ ABSL_FLAG(int, ready_fd, -1,
           "If >= 0, write \"ready\\n\" to this fd once serving, then close "
           "it.");
 ABSL_FLAG(int, v, 0, "Log verbosity: 0 = events, 1 = also one line per RPC.");
-ABSL_FLAG(std::string, model, "",
-          "State layout preset (e.g. qwen3-next-80b-a3b, nemotron-h-8b, "
-          "jamba-v0.1, or a Hugging Face repo id of one). With neither --model "
-          "nor --layout the daemon keeps no state memory: slot decisions only.");
+ABSL_FLAG(
+    std::string, model, "",
+    "State layout preset (e.g. qwen3-next-80b-a3b, nemotron-h-8b, "
+    "jamba-v0.1, or a Hugging Face repo id of one). With neither --model "
+    "nor --layout the daemon keeps no state memory: slot decisions only.");
 ABSL_FLAG(std::string, layout, "",
           "State layout file (JSON; see daemon/device/layout_file.h). "
           "Overrides --model.");
@@ -200,7 +201,8 @@ absl::StatusOr<StateCacheOptions> OptionsFromFlags() {
             : LoadLayoutFile(layout_file);
     if (!layout.ok()) return layout.status();
     if (!layout_file.empty()) *layout = layout->WithArrangement(arrangement);
-    const uint64_t nanos = static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
+    const uint64_t nanos =
+        static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
     options.epoch = (nanos & ~uint64_t{0xffff}) |
                     (static_cast<uint64_t>(::getpid()) & 0xffff);
     DeviceOptions device;
@@ -432,11 +434,12 @@ int Serve() {
       device ? std::string(device->backend()) : std::string("none");
   if (device) {
     const RegionExport region = device->Export();
-    LOG_INFO("state memory: backend=%s layout=%s (%s) %d bytes/slot, %d bytes "
-             "committed, handle=%s",
-             backend_name, device->layout().name(), region.layout_fingerprint,
-             device->layout().bytes_per_slot(), device->CommittedBytes(),
-             backend_name == "host" ? region.handle : std::string("<ipc>"));
+    LOG_INFO(
+        "state memory: backend=%s layout=%s (%s) %d bytes/slot, %d bytes "
+        "committed, handle=%s",
+        backend_name, device->layout().name(), region.layout_fingerprint,
+        device->layout().bytes_per_slot(), device->CommittedBytes(),
+        backend_name == "host" ? region.handle : std::string("<ipc>"));
   } else {
     LOG_INFO("no --model or --layout: slot decisions only, no state memory");
   }
@@ -448,10 +451,9 @@ int Serve() {
   }
   SessionEventLog events;
   (*cache)->AddObserver(&events);
-  Metrics metrics(cache->get(),
-                  Metrics::Options{.version = STATECACHE_VERSION,
-                                   .backend = backend_name,
-                                   .start_time = absl::Now()});
+  Metrics metrics(cache->get(), Metrics::Options{.version = STATECACHE_VERSION,
+                                                 .backend = backend_name,
+                                                 .start_time = absl::Now()});
   const std::string metrics_address = absl::GetFlag(FLAGS_metrics_address);
   if (!metrics_address.empty()) {
     if (absl::Status st = metrics.Serve(metrics_address); !st.ok()) {
@@ -459,7 +461,8 @@ int Serve() {
       return kExitServeError;
     }
     (*cache)->AddObserver(&metrics);
-    if (device) metrics.OnStateBytes(static_cast<int64_t>(device->CommittedBytes()));
+    if (device)
+      metrics.OnStateBytes(static_cast<int64_t>(device->CommittedBytes()));
     const std::vector<int> ports = metrics.ListeningPorts();
     const int port = ports.empty() ? 0 : ports[0];
     // The bound port, so ":0" reads as the real address.
@@ -471,8 +474,7 @@ int Serve() {
   // Step messages live in one arena per call (see arena_allocator.h).
   ArenaMessageAllocator<v1::StepRequest, v1::StepResponse> step_allocator;
   scheduler_service.SetMessageAllocatorFor_Step(&step_allocator);
-  StateCacheAdminGrpcService admin_service(cache->get(), &events,
-                                           rpc_observer);
+  StateCacheAdminGrpcService admin_service(cache->get(), &events, rpc_observer);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -28,7 +28,6 @@ struct LruLinks {
 template <typename Node, typename Nodes = std::vector<Node>>
 class IntrusiveLru {
  public:
-
   int64_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
   // REQUIRES: !empty().
@@ -43,24 +42,34 @@ class IntrusiveLru {
   void PushFront(Nodes& nodes, int64_t slot) {
     const auto s = static_cast<int32_t>(slot);
     nodes[s].lru = LruLinks{kNilSlot, head_};
-    if (head_ != kNilSlot) nodes[head_].lru.prev = s; else tail_ = s;
+    if (head_ != kNilSlot)
+      nodes[head_].lru.prev = s;
+    else
+      tail_ = s;
     head_ = s;
     ++size_;
   }
   void PushBack(Nodes& nodes, int64_t slot) {
     const auto s = static_cast<int32_t>(slot);
     nodes[s].lru = LruLinks{tail_, kNilSlot};
-    if (tail_ != kNilSlot) nodes[tail_].lru.next = s; else head_ = s;
+    if (tail_ != kNilSlot)
+      nodes[tail_].lru.next = s;
+    else
+      head_ = s;
     tail_ = s;
     ++size_;
   }
   // REQUIRES: `slot` linked.
   void Remove(Nodes& nodes, int64_t slot) {
     const LruLinks links = nodes[slot].lru;
-    if (links.prev != kNilSlot) nodes[links.prev].lru.next = links.next;
-    else head_ = links.next;
-    if (links.next != kNilSlot) nodes[links.next].lru.prev = links.prev;
-    else tail_ = links.prev;
+    if (links.prev != kNilSlot)
+      nodes[links.prev].lru.next = links.next;
+    else
+      head_ = links.next;
+    if (links.next != kNilSlot)
+      nodes[links.next].lru.prev = links.prev;
+    else
+      tail_ = links.prev;
     nodes[slot].lru = LruLinks{};
     --size_;
   }
@@ -70,8 +79,14 @@ class IntrusiveLru {
     const auto r = static_cast<int32_t>(replacement);
     const LruLinks links = nodes[slot].lru;
     nodes[r].lru = links;
-    if (links.prev != kNilSlot) nodes[links.prev].lru.next = r; else head_ = r;
-    if (links.next != kNilSlot) nodes[links.next].lru.prev = r; else tail_ = r;
+    if (links.prev != kNilSlot)
+      nodes[links.prev].lru.next = r;
+    else
+      head_ = r;
+    if (links.next != kNilSlot)
+      nodes[links.next].lru.prev = r;
+    else
+      tail_ = r;
     nodes[slot].lru = LruLinks{};
   }
   // Head-to-tail order. O(size).

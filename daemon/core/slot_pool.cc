@@ -35,8 +35,8 @@ absl::StatusOr<SlotPool> SlotPool::Create(int64_t num_slots,
         "num_slots must be in [0, ", kMaxSlots, "], got ", num_slots));
   }
   if (hash_block_size < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "hash_block_size must be >= 1, got ", hash_block_size));
+    return absl::InvalidArgumentError(
+        absl::StrCat("hash_block_size must be >= 1, got ", hash_block_size));
   }
   if (transfer.copies()) {
     return absl::InvalidArgumentError(
@@ -95,8 +95,8 @@ absl::Status SlotPool::CheckReservations(
   for (const Reservation& r : reservations) {
     RETURN_IF_ERROR(CheckSlot(r.slot, what));
     if (SeenBefore(r.slot)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, ": slot ", r.slot, " is named twice"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": slot ", r.slot, " is named twice"));
     }
     if (!Is(r.slot, kReserved)) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -111,8 +111,8 @@ absl::Status SlotPool::CheckReservations(
           " hash ", hash, ", not position ", r.position, " hash ", r.hash));
     }
     if (slots_[r.slot].pins > 0) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          what, ": reserved slot ", r.slot, " is pinned"));
+      return absl::FailedPreconditionError(
+          absl::StrCat(what, ": reserved slot ", r.slot, " is pinned"));
     }
   }
   return absl::OkStatus();
@@ -175,7 +175,8 @@ int64_t SlotPool::PopUnchecked() {
     if (!checkpointed_.empty()) {
       const SlotState& head = slots_[checkpointed_.Front()];
       hash_to_slot_.prefetch(head.hash);
-      if (head.lru.next != kNilSlot) __builtin_prefetch(&slots_[head.lru.next], 1);
+      if (head.lru.next != kNilSlot)
+        __builtin_prefetch(&slots_[head.lru.next], 1);
     }
   }
   // The guess goes with the content; not folded into Invalidate, which also
@@ -534,9 +535,9 @@ Occupancy SlotPool::GetOccupancy() const {
 absl::Status SlotPool::RecordRelocation(int64_t src, int64_t dst) {
   for (int64_t s : {src, dst}) {
     if (s < 0 || s >= capacity()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("record_relocation: slot ", s, " out of range [0, ",
-                       capacity(), ")"));
+      return absl::InvalidArgumentError(absl::StrCat("record_relocation: slot ",
+                                                     s, " out of range [0, ",
+                                                     capacity(), ")"));
     }
   }
   relocations_.emplace_back(src, dst);
@@ -683,13 +684,13 @@ absl::Status SlotPool::ReleasePin(int64_t slot, int64_t count) {
   RETURN_IF_ERROR(CheckSlot(slot, "release_pin"));
   const int64_t pins = slots_[slot].pins;
   if (count < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "release_pin: count must be >= 0, got ", count));
+    return absl::InvalidArgumentError(
+        absl::StrCat("release_pin: count must be >= 0, got ", count));
   }
   if (count > pins) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "release_pin: cannot drop ", count, " pins of slot ", slot,
-        ", which has ", pins));
+    return absl::FailedPreconditionError(
+        absl::StrCat("release_pin: cannot drop ", count, " pins of slot ", slot,
+                     ", which has ", pins));
   }
   if (count == 0) {
     if (pins > 0) Clear(slot, kDeferred);
@@ -750,8 +751,8 @@ absl::Status SlotPool::CheckInvariants() const {
                   " but free=", is_free, " hash=", st.hash);
     }
     if (in_lru != (is_free && hashed)) {
-      return fail("slot ", s, " LRU membership ", in_lru, " but free=",
-                  is_free, " hash=", st.hash);
+      return fail("slot ", s, " LRU membership ", in_lru, " but free=", is_free,
+                  " hash=", st.hash);
     }
     vacant_count += in_vacant;
     held_count += in_lru;
@@ -788,8 +789,8 @@ absl::Status SlotPool::CheckInvariants() const {
     // a re-used index (see the header); the index still exists.
   }
   if (pinned_count != static_cast<int64_t>(pinned_.size())) {
-    return fail("pinned list holds ", pinned_.size(), " slots, ",
-                pinned_count, " are pinned");
+    return fail("pinned list holds ", pinned_.size(), " slots, ", pinned_count,
+                " are pinned");
   }
   if (free_count != num_free_) {
     return fail("num_free ", num_free_, " but ", free_count, " free slots");

@@ -108,9 +108,9 @@ struct PoolSnapshot {
   std::vector<int64_t> checkpointed;  // LRU order, head (spent first) first
   std::vector<int64_t> speculative;   // sorted
   std::vector<std::pair<int64_t, int64_t>> hash_to_slot;  // sorted by hash
-  std::vector<int64_t> slot_hash;     // one per index ever held, -1 = none
+  std::vector<int64_t> slot_hash;  // one per index ever held, -1 = none
   std::vector<std::pair<int64_t, int64_t>> pinned;  // (slot, count), sorted
-  std::vector<int64_t> deferred;      // sorted
+  std::vector<int64_t> deferred;                    // sorted
   std::vector<std::pair<int64_t, int64_t>> relocations;  // recorded order
   CheckpointFates fates;
   friend bool operator==(const PoolSnapshot&, const PoolSnapshot&) = default;
@@ -335,9 +335,9 @@ class SlotPool {
   // touching a slot touches one cache line (this is what keeps a pool of a
   // million slots as cheap per call as one of a thousand).
   struct SlotState {
-    int64_t hash = -1;     // slot_hash: -1 = carries no checkpoint
-    LruLinks lru;          // links in checkpointed_ when kInLru
-    int32_t pins = 0;      // fork-source pins; 0 = not pinned
+    int64_t hash = -1;        // slot_hash: -1 = carries no checkpoint
+    LruLinks lru;             // links in checkpointed_ when kInLru
+    int32_t pins = 0;         // fork-source pins; 0 = not pinned
     int32_t pinned_pos = -1;  // index in pinned_ while pinned
     uint8_t flags = 0;
   };
@@ -370,13 +370,14 @@ class SlotPool {
   // Reservation (position, hash) per index, valid while kReserved.
   std::vector<std::pair<int64_t, int64_t>> reservation_;
   int64_t num_free_ = 0;
-  VacantSet vacant_;                    // free slots with hash == -1
-  IntrusiveLru<SlotState, decltype(slots_)> checkpointed_;  // free slots with a hash, LRU order
-  std::vector<int32_t> pinned_;         // slots with pins > 0, unordered
-  absl::flat_hash_map<
-      int64_t, int64_t, absl::container_internal::hash_default_hash<int64_t>,
-      absl::container_internal::hash_default_eq<int64_t>,
-      HugePageAllocator<std::pair<const int64_t, int64_t>>>
+  VacantSet vacant_;  // free slots with hash == -1
+  IntrusiveLru<SlotState, decltype(slots_)>
+      checkpointed_;             // free slots with a hash, LRU order
+  std::vector<int32_t> pinned_;  // slots with pins > 0, unordered
+  absl::flat_hash_map<int64_t, int64_t,
+                      absl::container_internal::hash_default_hash<int64_t>,
+                      absl::container_internal::hash_default_eq<int64_t>,
+                      HugePageAllocator<std::pair<const int64_t, int64_t>>>
       hash_to_slot_;
   std::vector<std::pair<int64_t, int64_t>> relocations_;
   CheckpointFates fates_;

@@ -56,9 +56,9 @@ double StateTransfer::successor_room() const {
 }
 
 std::string StateTransfer::DebugString() const {
-  return absl::StrCat(std::string(TransferKindName(kind_)), "(fork_tokens=", fork_tokens_,
-                      ", readable_midstep=", readable_midstep_ ? "true" : "false",
-                      ")");
+  return absl::StrCat(
+      std::string(TransferKindName(kind_)), "(fork_tokens=", fork_tokens_,
+      ", readable_midstep=", readable_midstep_ ? "true" : "false", ")");
 }
 
 }  // namespace statecache

@@ -42,7 +42,9 @@ class StateTransfer {
                                               int64_t fork_tokens,
                                               bool readable_midstep);
 
-  static StateTransfer None() { return StateTransfer(TransferKind::kNone, 0, false); }
+  static StateTransfer None() {
+    return StateTransfer(TransferKind::kNone, 0, false);
+  }
 
   TransferKind kind() const { return kind_; }
   int64_t fork_tokens() const { return fork_tokens_; }

@@ -10,18 +10,18 @@
 #define STATECACHE_CONCAT_(a, b) STATECACHE_CONCAT_INNER_(a, b)
 
 // Returns from the enclosing function if `expr` (an absl::Status) is not OK.
-#define RETURN_IF_ERROR(expr)                   \
-  do {                                          \
-    ::absl::Status _sc_status = (expr);         \
-    if (!_sc_status.ok()) return _sc_status;    \
+#define RETURN_IF_ERROR(expr)                \
+  do {                                       \
+    ::absl::Status _sc_status = (expr);      \
+    if (!_sc_status.ok()) return _sc_status; \
   } while (0)
 
 // `lhs = value of expr` if expr (an absl::StatusOr<T>) is OK, else returns
 // its status from the enclosing function.
-#define ASSIGN_OR_RETURN(lhs, expr)                                    \
-  auto STATECACHE_CONCAT_(_sc_statusor_, __LINE__) = (expr);           \
-  if (!STATECACHE_CONCAT_(_sc_statusor_, __LINE__).ok())               \
-    return STATECACHE_CONCAT_(_sc_statusor_, __LINE__).status();       \
+#define ASSIGN_OR_RETURN(lhs, expr)                              \
+  auto STATECACHE_CONCAT_(_sc_statusor_, __LINE__) = (expr);     \
+  if (!STATECACHE_CONCAT_(_sc_statusor_, __LINE__).ok())         \
+    return STATECACHE_CONCAT_(_sc_statusor_, __LINE__).status(); \
   lhs = std::move(STATECACHE_CONCAT_(_sc_statusor_, __LINE__)).value()
 
 #endif  // STATECACHE_DAEMON_CORE_STATUS_MACROS_H_

@@ -18,29 +18,45 @@ using prometheus::MetricType;
 // Microsecond work: 1 us to 1 s.
 const prometheus::Histogram::BucketBoundaries& LatencyBuckets() {
   static const auto* buckets = new prometheus::Histogram::BucketBoundaries{
-      1e-6,   2.5e-6, 5e-6,   1e-5,   2.5e-5, 5e-5, 1e-4, 2.5e-4,
-      5e-4,   1e-3,   2.5e-3, 5e-3,   1e-2,   2.5e-2, 0.1,  1.0};
+      1e-6, 2.5e-6, 5e-6,   1e-5, 2.5e-5, 5e-5,   1e-4, 2.5e-4,
+      5e-4, 1e-3,   2.5e-3, 5e-3, 1e-2,   2.5e-2, 0.1,  1.0};
   return *buckets;
 }
 
 const char* OperationName(int kind) {
   switch (static_cast<v1::Operation::KindCase>(kind)) {
-    case v1::Operation::kBeginPass: return "begin_pass";
-    case v1::Operation::kAdmit: return "admit";
-    case v1::Operation::kResumableHit: return "resumable_hit";
-    case v1::Operation::kLookup: return "lookup";
-    case v1::Operation::kReserve: return "reserve";
-    case v1::Operation::kPublish: return "publish";
-    case v1::Operation::kCancel: return "cancel";
-    case v1::Operation::kCheckpoint: return "checkpoint";
-    case v1::Operation::kConsumeFork: return "consume_fork";
-    case v1::Operation::kAdoptForkSource: return "adopt_fork_source";
-    case v1::Operation::kRelease: return "release";
-    case v1::Operation::kUnindex: return "unindex";
-    case v1::Operation::kClearIndex: return "clear_index";
-    case v1::Operation::kCopy: return "copy";
-    case v1::Operation::kSnapshot: return "snapshot";
-    case v1::Operation::KIND_NOT_SET: break;
+    case v1::Operation::kBeginPass:
+      return "begin_pass";
+    case v1::Operation::kAdmit:
+      return "admit";
+    case v1::Operation::kResumableHit:
+      return "resumable_hit";
+    case v1::Operation::kLookup:
+      return "lookup";
+    case v1::Operation::kReserve:
+      return "reserve";
+    case v1::Operation::kPublish:
+      return "publish";
+    case v1::Operation::kCancel:
+      return "cancel";
+    case v1::Operation::kCheckpoint:
+      return "checkpoint";
+    case v1::Operation::kConsumeFork:
+      return "consume_fork";
+    case v1::Operation::kAdoptForkSource:
+      return "adopt_fork_source";
+    case v1::Operation::kRelease:
+      return "release";
+    case v1::Operation::kUnindex:
+      return "unindex";
+    case v1::Operation::kClearIndex:
+      return "clear_index";
+    case v1::Operation::kCopy:
+      return "copy";
+    case v1::Operation::kSnapshot:
+      return "snapshot";
+    case v1::Operation::KIND_NOT_SET:
+      break;
   }
   return nullptr;
 }
@@ -48,11 +64,11 @@ const char* OperationName(int kind) {
 // The codes the API documents as refusals; other codes are folded into
 // "OTHER" rather than given series of their own.
 constexpr absl::StatusCode kRefusalCodes[] = {
-    absl::StatusCode::kCancelled,         absl::StatusCode::kInvalidArgument,
-    absl::StatusCode::kDeadlineExceeded,  absl::StatusCode::kNotFound,
-    absl::StatusCode::kAlreadyExists,     absl::StatusCode::kResourceExhausted,
+    absl::StatusCode::kCancelled,          absl::StatusCode::kInvalidArgument,
+    absl::StatusCode::kDeadlineExceeded,   absl::StatusCode::kNotFound,
+    absl::StatusCode::kAlreadyExists,      absl::StatusCode::kResourceExhausted,
     absl::StatusCode::kFailedPrecondition, absl::StatusCode::kAborted,
-    absl::StatusCode::kUnavailable,       absl::StatusCode::kInternal,
+    absl::StatusCode::kUnavailable,        absl::StatusCode::kInternal,
 };
 
 std::string CodeName(absl::StatusCode code) {
@@ -62,10 +78,14 @@ std::string CodeName(absl::StatusCode code) {
 
 const char* ReasonName(CopyReason reason) {
   switch (reason) {
-    case CopyReason::kRelocation: return "relocation";
-    case CopyReason::kCopy: return "copy";
-    case CopyReason::kSnapshot: return "snapshot";
-    case CopyReason::kCount: break;
+    case CopyReason::kRelocation:
+      return "relocation";
+    case CopyReason::kCopy:
+      return "copy";
+    case CopyReason::kSnapshot:
+      return "snapshot";
+    case CopyReason::kCount:
+      break;
   }
   return "unknown";
 }
@@ -139,10 +159,10 @@ class Metrics::StatsCollector final : public prometheus::Collectable {
           "and empty). vacant at 0 is not a shortage: all held, none vacant is "
           "the pool working.",
           G);
-      f.metric.push_back(Value(G, static_cast<double>(s.slots_used()),
-                               {{"state", "used"}}));
-      f.metric.push_back(Value(G, static_cast<double>(s.slots_held()),
-                               {{"state", "held"}}));
+      f.metric.push_back(
+          Value(G, static_cast<double>(s.slots_used()), {{"state", "used"}}));
+      f.metric.push_back(
+          Value(G, static_cast<double>(s.slots_held()), {{"state", "held"}}));
       f.metric.push_back(Value(G, static_cast<double>(s.slots_vacant()),
                                {{"state", "vacant"}}));
       out.push_back(std::move(f));
@@ -150,8 +170,7 @@ class Metrics::StatsCollector final : public prometheus::Collectable {
     one("statecache_slots_capacity",
         "Slots in the pool (num_slots); moves with resizes, and while a "
         "shrink is giving slots up.",
-        G,
-        static_cast<double>(s.slots_total()));
+        G, static_cast<double>(s.slots_total()));
     one("statecache_indexed_checkpoints",
         "Checkpoints currently filed under a block hash.", G,
         static_cast<double>(s.indexed_hashes()));
@@ -195,9 +214,9 @@ class Metrics::StatsCollector final : public prometheus::Collectable {
     {
       MetricFamily f = Family("statecache_build_info",
                               "Always 1; labels say what is running.", G);
-      f.metric.push_back(Value(G, 1.0,
-                               {{"backend", options_.backend},
-                                {"version", options_.version}}));
+      f.metric.push_back(Value(
+          G, 1.0,
+          {{"backend", options_.backend}, {"version", options_.version}}));
       out.push_back(std::move(f));
     }
     one("statecache_start_time_seconds",
@@ -217,15 +236,17 @@ Metrics::Metrics(StateCache* cache, Options options)
   auto& rpc_seconds =
       prometheus::BuildHistogram()
           .Name("statecache_rpc_duration_seconds")
-          .Help("Time to serve one RPC (one message for StepStream), by method, "
-                "in the daemon. Compare Step with Ping: Ping is the transport "
-                "alone.")
+          .Help(
+              "Time to serve one RPC (one message for StepStream), by method, "
+              "in the daemon. Compare Step with Ping: Ping is the transport "
+              "alone.")
           .Register(*registry_);
   auto& rpc_refusals =
       prometheus::BuildCounter()
           .Name("statecache_rpc_refusals_total")
-          .Help("RPCs refused as a whole, by method and status code (e.g. "
-                "NOT_FOUND: a session unknown or expired).")
+          .Help(
+              "RPCs refused as a whole, by method and status code (e.g. "
+              "NOT_FOUND: a session unknown or expired).")
           .Register(*registry_);
   for (int m = 0; m < static_cast<int>(RpcMethod::kCount); ++m) {
     const char* name = RpcMethodName(static_cast<RpcMethod>(m));
@@ -238,15 +259,17 @@ Metrics::Metrics(StateCache* cache, Options options)
   auto& op_seconds =
       prometheus::BuildHistogram()
           .Name("statecache_step_operation_duration_seconds")
-          .Help("Time one Step operation spends in the daemon's core, by "
-                "operation.")
+          .Help(
+              "Time one Step operation spends in the daemon's core, by "
+              "operation.")
           .Register(*registry_);
   auto& op_refusals =
       prometheus::BuildCounter()
           .Name("statecache_step_operation_refusals_total")
-          .Help("Step operations refused, by operation and status code. "
-                "op=admit code=RESOURCE_EXHAUSTED counts admissions turned "
-                "away for lack of free slots.")
+          .Help(
+              "Step operations refused, by operation and status code. "
+              "op=admit code=RESOURCE_EXHAUSTED counts admissions turned "
+              "away for lack of free slots.")
           .Register(*registry_);
   for (int k = 1; k < kOps; ++k) {
     const char* name = OperationName(k);
@@ -259,25 +282,28 @@ Metrics::Metrics(StateCache* cache, Options options)
   }
   auto& resizes = prometheus::BuildCounter()
                       .Name("statecache_resizes_total")
-                      .Help("Pool size changes, by direction, counted when "
-                            "they finish: a grow at once, a shrink once it "
-                            "reached its target (or its deadline, having "
-                            "given some slots up). Read with "
-                            "statecache_slots_capacity.")
+                      .Help(
+                          "Pool size changes, by direction, counted when "
+                          "they finish: a grow at once, a shrink once it "
+                          "reached its target (or its deadline, having "
+                          "given some slots up). Read with "
+                          "statecache_slots_capacity.")
                       .Register(*registry_);
   resizes_grow_ = &resizes.Add({{"direction", "grow"}});
   resizes_shrink_ = &resizes.Add({{"direction", "shrink"}});
   auto& copy_bytes = prometheus::BuildCounter()
                          .Name("statecache_copy_bytes_total")
-                         .Help("Bytes of slot content the daemon copied, by "
-                               "reason (relocation when shrinking, copy "
-                               "between a request's slots, snapshot "
-                               "checkpoints).")
+                         .Help(
+                             "Bytes of slot content the daemon copied, by "
+                             "reason (relocation when shrinking, copy "
+                             "between a request's slots, snapshot "
+                             "checkpoints).")
                          .Register(*registry_);
   auto& copy_seconds = prometheus::BuildCounter()
                            .Name("statecache_copy_seconds_total")
-                           .Help("Time spent copying slot content, by reason; "
-                                 "bytes over seconds is the copy throughput.")
+                           .Help(
+                               "Time spent copying slot content, by reason; "
+                               "bytes over seconds is the copy throughput.")
                            .Register(*registry_);
   for (int r = 0; r < static_cast<int>(CopyReason::kCount); ++r) {
     const char* name = ReasonName(static_cast<CopyReason>(r));

@@ -17,28 +17,55 @@ using nlohmann::json;
 
 // Argument kinds, as the trace format's table names them.
 enum class Arg {
-  kCount, kSlot, kSlots, kHash, kSeq, kSeqOrNull, kHit, kBlockHashes,
-  kAssumeCheckpointed, kPositions, kReservations, kBoundaryBlocks, kSrc, kDst,
+  kCount,
+  kSlot,
+  kSlots,
+  kHash,
+  kSeq,
+  kSeqOrNull,
+  kHit,
+  kBlockHashes,
+  kAssumeCheckpointed,
+  kPositions,
+  kReservations,
+  kBoundaryBlocks,
+  kSrc,
+  kDst,
   kReaderIsNextBatch,
 };
 
 const char* ArgName(Arg arg) {
   switch (arg) {
-    case Arg::kCount: return "count";
-    case Arg::kSlot: return "slot";
-    case Arg::kSlots: return "slots";
-    case Arg::kHash: return "hash";
-    case Arg::kSeq: return "seq";
-    case Arg::kSeqOrNull: return "seq";
-    case Arg::kHit: return "hit";
-    case Arg::kBlockHashes: return "block_hashes";
-    case Arg::kAssumeCheckpointed: return "assume_checkpointed";
-    case Arg::kPositions: return "positions";
-    case Arg::kReservations: return "reservations";
-    case Arg::kBoundaryBlocks: return "boundary_blocks";
-    case Arg::kSrc: return "src";
-    case Arg::kDst: return "dst";
-    case Arg::kReaderIsNextBatch: return "reader_is_next_batch";
+    case Arg::kCount:
+      return "count";
+    case Arg::kSlot:
+      return "slot";
+    case Arg::kSlots:
+      return "slots";
+    case Arg::kHash:
+      return "hash";
+    case Arg::kSeq:
+      return "seq";
+    case Arg::kSeqOrNull:
+      return "seq";
+    case Arg::kHit:
+      return "hit";
+    case Arg::kBlockHashes:
+      return "block_hashes";
+    case Arg::kAssumeCheckpointed:
+      return "assume_checkpointed";
+    case Arg::kPositions:
+      return "positions";
+    case Arg::kReservations:
+      return "reservations";
+    case Arg::kBoundaryBlocks:
+      return "boundary_blocks";
+    case Arg::kSrc:
+      return "src";
+    case Arg::kDst:
+      return "dst";
+    case Arg::kReaderIsNextBatch:
+      return "reader_is_next_batch";
   }
   return "?";
 }
@@ -152,7 +179,8 @@ Sequence ToSeq(const json& v) {
   Sequence seq;
   seq.state_slot = ToInt(v["state_slot"], "seq.state_slot");
   seq.num_tokens = ToInt(v["num_tokens"], "seq.num_tokens");
-  seq.has_per_req_cache = ToBool(v["has_per_req_cache"], "seq.has_per_req_cache");
+  seq.has_per_req_cache =
+      ToBool(v["has_per_req_cache"], "seq.has_per_req_cache");
   seq.midstep_anchor_pos =
       ToInt(v["midstep_anchor_pos"], "seq.midstep_anchor_pos");
   seq.checkpoint_end_pos =
@@ -192,7 +220,8 @@ void ConvertArg(Arg arg, const json& v, Call& call) {
       call.flag = ToBool(v, name);
       break;
     case Arg::kPositions:
-      for (const auto& t : ToTuples(v, 2, name)) call.pairs.emplace_back(t[0], t[1]);
+      for (const auto& t : ToTuples(v, 2, name))
+        call.pairs.emplace_back(t[0], t[1]);
       break;
     case Arg::kReservations:
       for (const auto& t : ToTuples(v, 3, name)) {
@@ -208,7 +237,8 @@ PoolConfig ToConfig(const json& obj) {
   for (const auto& [key, unused] : obj.items()) {
     bool known = false;
     for (const char* k : kAllowed) known = known || key == k;
-    if (!known) throw ParseError{absl::StrCat("unknown config key '", key, "'")};
+    if (!known)
+      throw ParseError{absl::StrCat("unknown config key '", key, "'")};
   }
   PoolConfig config;
   if (!obj.contains("num_slots")) throw ParseError{"num_slots must be int"};
@@ -216,7 +246,8 @@ PoolConfig ToConfig(const json& obj) {
   if (obj.contains("hash_block_size")) {
     config.hash_block_size = ToInt(obj["hash_block_size"], "hash_block_size");
   }
-  if (obj.contains("enabled")) config.enabled = ToBool(obj["enabled"], "enabled");
+  if (obj.contains("enabled"))
+    config.enabled = ToBool(obj["enabled"], "enabled");
   if (obj.contains("transfer") && !obj["transfer"].is_null()) {
     const json& t = obj["transfer"];
     if (!t.is_object()) throw ParseError{"transfer must be an object"};
@@ -309,8 +340,7 @@ struct ValueToJson {
 std::string Dumps(const json& j) {
   // nlohmann's objects are std::map: keys come out sorted, and a compact
   // dump uses "," and ":" exactly as the normalised reference output does.
-  return j.dump(-1, ' ', /*ensure_ascii=*/true,
-                json::error_handler_t::replace);
+  return j.dump(-1, ' ', /*ensure_ascii=*/true, json::error_handler_t::replace);
 }
 
 template <typename T>
@@ -364,7 +394,8 @@ ParsedLine ParseLine(std::string_view line) {
     out.call.op = spec.op;
     for (Arg a : spec.args) {
       if (!obj.contains(ArgName(a))) {
-        throw ParseError{absl::StrCat(op, " needs argument '", ArgName(a), "'")};
+        throw ParseError{
+            absl::StrCat(op, " needs argument '", ArgName(a), "'")};
       }
       ConvertArg(a, obj[ArgName(a)], out.call);
     }
@@ -387,21 +418,36 @@ CallResult Invoke(SlotPool& pool, const Call& c) {
   static const Sequence kNoSeq;
   const Sequence& seq = c.seq ? *c.seq : kNoSeq;
   switch (c.op) {
-    case Op::kHasFree: return FromStatusOr(pool.HasFree(c.a));
-    case Op::kNumFree: return CallResult{{}, pool.NumFree()};
-    case Op::kIsFree: return FromStatusOr(pool.IsFree(c.a));
-    case Op::kHoldsCheckpoint: return FromStatusOr(pool.HoldsCheckpoint(c.a));
-    case Op::kPop: return FromStatusOr(pool.Pop());
-    case Op::kPopMany: return FromStatusOr(pool.PopMany(c.a));
-    case Op::kClaim: return FromStatus(pool.Claim(c.a));
-    case Op::kMarkSpeculative: return FromStatus(pool.MarkSpeculative(c.a));
-    case Op::kPromote: return FromStatus(pool.Promote(c.a));
-    case Op::kRelease: return FromStatus(pool.Release(c.a));
-    case Op::kReleaseMany: return FromStatus(pool.ReleaseMany(c.ints));
-    case Op::kExtend: return FromStatus(pool.Extend(c.a));
-    case Op::kRetireTop: return FromStatusOr(pool.RetireTop());
-    case Op::kApplies: return CallResult{{}, pool.Applies(seq)};
-    case Op::kLookup: return FromStatusOr(pool.Lookup(c.a));
+    case Op::kHasFree:
+      return FromStatusOr(pool.HasFree(c.a));
+    case Op::kNumFree:
+      return CallResult{{}, pool.NumFree()};
+    case Op::kIsFree:
+      return FromStatusOr(pool.IsFree(c.a));
+    case Op::kHoldsCheckpoint:
+      return FromStatusOr(pool.HoldsCheckpoint(c.a));
+    case Op::kPop:
+      return FromStatusOr(pool.Pop());
+    case Op::kPopMany:
+      return FromStatusOr(pool.PopMany(c.a));
+    case Op::kClaim:
+      return FromStatus(pool.Claim(c.a));
+    case Op::kMarkSpeculative:
+      return FromStatus(pool.MarkSpeculative(c.a));
+    case Op::kPromote:
+      return FromStatus(pool.Promote(c.a));
+    case Op::kRelease:
+      return FromStatus(pool.Release(c.a));
+    case Op::kReleaseMany:
+      return FromStatus(pool.ReleaseMany(c.ints));
+    case Op::kExtend:
+      return FromStatus(pool.Extend(c.a));
+    case Op::kRetireTop:
+      return FromStatusOr(pool.RetireTop());
+    case Op::kApplies:
+      return CallResult{{}, pool.Applies(seq)};
+    case Op::kLookup:
+      return FromStatusOr(pool.Lookup(c.a));
     case Op::kResumableHit:
       return FromStatusOr(pool.ResumableHit(seq, c.a, c.ints, c.flag));
     case Op::kReserveMidstep:
@@ -410,21 +456,36 @@ CallResult Invoke(SlotPool& pool, const Call& c) {
       return FromStatus(pool.PublishMidstep(c.reservations, c.seq));
     case Op::kCancelMidstep:
       return FromStatus(pool.CancelMidstep(c.reservations));
-    case Op::kCheckpoint: return FromStatusOr(pool.Checkpoint(seq, c.a, c.b));
-    case Op::kCheckpointFates: return CallResult{{}, pool.Fates()};
-    case Op::kOccupancy: return CallResult{{}, pool.GetOccupancy()};
+    case Op::kCheckpoint:
+      return FromStatusOr(pool.Checkpoint(seq, c.a, c.b));
+    case Op::kCheckpointFates:
+      return CallResult{{}, pool.Fates()};
+    case Op::kOccupancy:
+      return CallResult{{}, pool.GetOccupancy()};
     case Op::kRecordRelocation:
       return FromStatus(pool.RecordRelocation(c.a, c.b));
-    case Op::kTakeRelocations: return CallResult{{}, pool.TakeRelocations()};
-    case Op::kUnindex: return FromStatus(pool.Unindex(c.a));
-    case Op::kClearIndex: pool.ClearIndex(); return CallResult{};
-    case Op::kInvalidate: return FromStatus(pool.Invalidate(c.a));
-    case Op::kPin: return FromStatus(pool.Pin(c.a, c.flag));
-    case Op::kIsPinned: return FromStatusOr(pool.IsPinned(c.a));
-    case Op::kPinCount: return FromStatusOr(pool.PinCount(c.a));
-    case Op::kUnpin: return FromStatus(pool.Unpin(c.a));
-    case Op::kDropReader: return FromStatus(pool.DropReader(c.a));
-    case Op::kReleasePins: pool.ReleasePins(); return CallResult{};
+    case Op::kTakeRelocations:
+      return CallResult{{}, pool.TakeRelocations()};
+    case Op::kUnindex:
+      return FromStatus(pool.Unindex(c.a));
+    case Op::kClearIndex:
+      pool.ClearIndex();
+      return CallResult{};
+    case Op::kInvalidate:
+      return FromStatus(pool.Invalidate(c.a));
+    case Op::kPin:
+      return FromStatus(pool.Pin(c.a, c.flag));
+    case Op::kIsPinned:
+      return FromStatusOr(pool.IsPinned(c.a));
+    case Op::kPinCount:
+      return FromStatusOr(pool.PinCount(c.a));
+    case Op::kUnpin:
+      return FromStatus(pool.Unpin(c.a));
+    case Op::kDropReader:
+      return FromStatus(pool.DropReader(c.a));
+    case Op::kReleasePins:
+      pool.ReleasePins();
+      return CallResult{};
     case Op::kDump:
       return CallResult{{}, std::make_shared<const PoolSnapshot>(pool.Dump())};
   }

@@ -29,20 +29,48 @@
 namespace statecache::replay {
 
 enum class Op {
-  kHasFree, kNumFree, kIsFree, kHoldsCheckpoint, kPop, kPopMany, kClaim,
-  kMarkSpeculative, kPromote, kRelease, kReleaseMany, kExtend, kRetireTop,
-  kApplies, kLookup, kResumableHit, kReserveMidstep, kPublishMidstep,
-  kCancelMidstep, kCheckpoint, kCheckpointFates, kOccupancy,
-  kRecordRelocation, kTakeRelocations, kUnindex, kClearIndex, kInvalidate,
-  kPin, kIsPinned, kPinCount, kUnpin, kDropReader, kReleasePins, kDump,
+  kHasFree,
+  kNumFree,
+  kIsFree,
+  kHoldsCheckpoint,
+  kPop,
+  kPopMany,
+  kClaim,
+  kMarkSpeculative,
+  kPromote,
+  kRelease,
+  kReleaseMany,
+  kExtend,
+  kRetireTop,
+  kApplies,
+  kLookup,
+  kResumableHit,
+  kReserveMidstep,
+  kPublishMidstep,
+  kCancelMidstep,
+  kCheckpoint,
+  kCheckpointFates,
+  kOccupancy,
+  kRecordRelocation,
+  kTakeRelocations,
+  kUnindex,
+  kClearIndex,
+  kInvalidate,
+  kPin,
+  kIsPinned,
+  kPinCount,
+  kUnpin,
+  kDropReader,
+  kReleasePins,
+  kDump,
 };
 
 // One call with its arguments already converted. Which fields an op reads is
 // fixed by the op (see trace.cc's table).
 struct Call {
   Op op = Op::kNumFree;
-  int64_t a = 0;   // count / slot / hash / hit / boundary_blocks / src
-  int64_t b = 0;   // dst / hash (checkpoint)
+  int64_t a = 0;      // count / slot / hash / hit / boundary_blocks / src
+  int64_t b = 0;      // dst / hash (checkpoint)
   bool flag = false;  // assume_checkpointed / reader_is_next_batch
   std::optional<Sequence> seq;  // nullopt: absent, or JSON null (publish)
   std::vector<int64_t> ints;    // slots / block_hashes
@@ -74,15 +102,14 @@ ParsedLine ParseLine(std::string_view line);
 absl::StatusOr<SlotPool> MakePool(const PoolConfig& config);
 
 // What one call returned, before it is printed.
-using Value = std::variant<std::monostate,  // null
-                           bool, int64_t, std::vector<int64_t>,
-                           std::optional<SlotRetirement>, CheckpointResult,
-                           CheckpointFates, Occupancy,
-                           std::vector<std::pair<int64_t, int64_t>>,
-                           std::vector<Reservation>,
-                           // Held by pointer: a snapshot is large and rare,
-                           // and would make every result as large.
-                           std::shared_ptr<const PoolSnapshot>>;
+using Value = std::variant<
+    std::monostate,  // null
+    bool, int64_t, std::vector<int64_t>, std::optional<SlotRetirement>,
+    CheckpointResult, CheckpointFates, Occupancy,
+    std::vector<std::pair<int64_t, int64_t>>, std::vector<Reservation>,
+    // Held by pointer: a snapshot is large and rare,
+    // and would make every result as large.
+    std::shared_ptr<const PoolSnapshot>>;
 struct CallResult {
   absl::Status status;
   Value value;

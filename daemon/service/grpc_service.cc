@@ -223,8 +223,7 @@ grpc::ServerUnaryReactor* StateCacheGrpcService::Attach(
              status.ToString());
   }
   LogCall("Attach", context, start, status);
-  return FinishUnary(context, status, observer_,
-                     RpcMethod::kAttach, start);
+  return FinishUnary(context, status, observer_, RpcMethod::kAttach, start);
 }
 
 grpc::ServerUnaryReactor* StateCacheGrpcService::Detach(
@@ -238,8 +237,7 @@ grpc::ServerUnaryReactor* StateCacheGrpcService::Detach(
   }
   LogCall("Detach", context, start, status,
           absl::StrCat("session=", request->session_id()));
-  return FinishUnary(context, status, observer_,
-                     RpcMethod::kDetach, start);
+  return FinishUnary(context, status, observer_, RpcMethod::kDetach, start);
 }
 
 grpc::ServerUnaryReactor* StateCacheGrpcService::KeepAlive(
@@ -249,8 +247,7 @@ grpc::ServerUnaryReactor* StateCacheGrpcService::KeepAlive(
   absl::Status status = cache_->KeepAlive(*request, response);
   LogCall("KeepAlive", context, start, status,
           absl::StrCat("session=", request->session_id()));
-  return FinishUnary(context, status, observer_,
-                     RpcMethod::kKeepAlive, start);
+  return FinishUnary(context, status, observer_, RpcMethod::kKeepAlive, start);
 }
 
 grpc::ServerUnaryReactor* StateCacheGrpcService::Step(
@@ -263,8 +260,7 @@ grpc::ServerUnaryReactor* StateCacheGrpcService::Step(
             absl::StrCat("session=", request->session_id(),
                          " ops=", request->operations_size()));
   }
-  return FinishUnary(context, status, observer_,
-                     RpcMethod::kStep, start);
+  return FinishUnary(context, status, observer_, RpcMethod::kStep, start);
 }
 
 grpc::ServerBidiReactor<v1::StepRequest, v1::StepResponse>*
@@ -276,8 +272,8 @@ grpc::ServerUnaryReactor* StateCacheGrpcService::Ping(
     grpc::CallbackServerContext* context, const v1::PingRequest* request,
     v1::PingResponse* response) {
   const absl::Time start = absl::Now();
-  return FinishUnary(context, absl::OkStatus(), observer_,
-                     RpcMethod::kPing, start);
+  return FinishUnary(context, absl::OkStatus(), observer_, RpcMethod::kPing,
+                     start);
 }
 
 // ================================================================ operator
@@ -293,8 +289,8 @@ grpc::ServerUnaryReactor* StateCacheAdminGrpcService::GetStats(
   absl::Time start = absl::Now();
   cache_->GetStats(response);
   LogCall("GetStats", context, start, absl::OkStatus());
-  return FinishUnary(context, absl::OkStatus(), observer_,
-                     RpcMethod::kGetStats, start);
+  return FinishUnary(context, absl::OkStatus(), observer_, RpcMethod::kGetStats,
+                     start);
 }
 
 grpc::ServerUnaryReactor* StateCacheAdminGrpcService::ListSessions(
@@ -329,8 +325,8 @@ grpc::ServerUnaryReactor* StateCacheAdminGrpcService::EvictSession(
   }
   LogCall("EvictSession", context, start, status,
           absl::StrCat("session=", request->session_id()));
-  return FinishUnary(context, status, observer_,
-                     RpcMethod::kEvictSession, start);
+  return FinishUnary(context, status, observer_, RpcMethod::kEvictSession,
+                     start);
 }
 
 grpc::ServerUnaryReactor* StateCacheAdminGrpcService::Drain(
@@ -347,18 +343,30 @@ grpc::ServerUnaryReactor* StateCacheAdminGrpcService::Drain(
 
 const char* RpcMethodName(RpcMethod method) {
   switch (method) {
-    case RpcMethod::kAttach: return "Attach";
-    case RpcMethod::kDetach: return "Detach";
-    case RpcMethod::kKeepAlive: return "KeepAlive";
-    case RpcMethod::kStep: return "Step";
-    case RpcMethod::kStepStream: return "StepStream";
-    case RpcMethod::kPing: return "Ping";
-    case RpcMethod::kGetStats: return "GetStats";
-    case RpcMethod::kListSessions: return "ListSessions";
-    case RpcMethod::kResize: return "Resize";
-    case RpcMethod::kEvictSession: return "EvictSession";
-    case RpcMethod::kDrain: return "Drain";
-    case RpcMethod::kCount: break;
+    case RpcMethod::kAttach:
+      return "Attach";
+    case RpcMethod::kDetach:
+      return "Detach";
+    case RpcMethod::kKeepAlive:
+      return "KeepAlive";
+    case RpcMethod::kStep:
+      return "Step";
+    case RpcMethod::kStepStream:
+      return "StepStream";
+    case RpcMethod::kPing:
+      return "Ping";
+    case RpcMethod::kGetStats:
+      return "GetStats";
+    case RpcMethod::kListSessions:
+      return "ListSessions";
+    case RpcMethod::kResize:
+      return "Resize";
+    case RpcMethod::kEvictSession:
+      return "EvictSession";
+    case RpcMethod::kDrain:
+      return "Drain";
+    case RpcMethod::kCount:
+      break;
   }
   return "unknown";
 }

@@ -23,8 +23,8 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include "daemon/service/session_event_log.h"
 #include "daemon/service/rpc_observer.h"
+#include "daemon/service/session_event_log.h"
 #include "daemon/service/state_cache.h"
 #include "proto/statecache/v1/statecache.grpc.pb.h"
 

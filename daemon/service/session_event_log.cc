@@ -36,7 +36,8 @@ void SessionEventLog::Ended(const std::string& session_id, std::string_view how,
 
 void SessionEventLog::OnSessionEnded(const std::string& session_id,
                                      const std::string& client_name,
-                                     SessionEnd how, int32_t requests_released) {
+                                     SessionEnd how,
+                                     int32_t requests_released) {
   if (how != SessionEnd::kExpired) return;  // the adapter logs the others
   absl::MutexLock lock(&mu_);
   client_names_.erase(session_id);
@@ -50,10 +51,10 @@ void SessionEventLog::LogExpiries() {
     expired.swap(expiries_);
   }
   for (const Expiry& e : expired) {
-    LOG_INFO("session %s expired (lease lapsed): client=\"%s\" "
-             "requests_released=%d",
-             e.session_id, absl::CHexEscape(e.client_name),
-             e.requests_released);
+    LOG_INFO(
+        "session %s expired (lease lapsed): client=\"%s\" "
+        "requests_released=%d",
+        e.session_id, absl::CHexEscape(e.client_name), e.requests_released);
   }
 }
 

@@ -5,9 +5,9 @@
 #include <random>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/container/flat_hash_set.h"
 #include "daemon/core/status_macros.h"
 #include "daemon/device/dtype.h"
 
@@ -63,8 +63,8 @@ absl::Status CheckHashes(const google::protobuf::RepeatedField<int64_t>& hashes,
                          const char* what) {
   for (int64_t h : hashes) {
     if (h < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, " contains ", h, "; hashes are in [0, 2^63)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " contains ", h, "; hashes are in [0, 2^63)"));
     }
   }
   return absl::OkStatus();
@@ -113,9 +113,9 @@ absl::StatusOr<std::unique_ptr<StateCache>> StateCache::Create(
     return absl::InvalidArgumentError("num_spec must be >= 0");
   }
   if (options.device && options.device->num_slots() != options.num_slots) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the device holds ", options.device->num_slots(),
-        " slots, the pool is to have ", options.num_slots));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the device holds ", options.device->num_slots(),
+                     " slots, the pool is to have ", options.num_slots));
   }
   ASSIGN_OR_RETURN(SlotPool pool,
                    SlotPool::Create(options.num_slots, options.transfer,
@@ -139,8 +139,7 @@ StateCache::~StateCache() {
   {
     absl::MutexLock lock(&mu_);
     if (resize_) {
-      done = FinishResize(
-          absl::CancelledError("the daemon is shutting down"));
+      done = FinishResize(absl::CancelledError("the daemon is shutting down"));
     }
   }
   if (done) done();
@@ -154,8 +153,7 @@ absl::StatusOr<Session*> StateCache::FindSession(const std::string& id) {
     auto ended = ended_.find(id);
     if (ended != ended_.end()) {
       return absl::NotFoundError(absl::StrCat(
-          "session '", id, "' was ", EndName(ended->second),
-          "; attach again"));
+          "session '", id, "' was ", EndName(ended->second), "; attach again"));
     }
     return absl::NotFoundError(absl::StrCat("unknown session '", id, "'"));
   }
@@ -166,9 +164,9 @@ absl::StatusOr<Session*> StateCache::FindSession(const std::string& id) {
     // the same.
     ++counters_.lease_expiries;
     EndSession(id, SessionEnd::kExpired);
-    return absl::NotFoundError(absl::StrCat(
-        "session '", id, "' was ", EndName(SessionEnd::kExpired),
-        "; attach again"));
+    return absl::NotFoundError(absl::StrCat("session '", id, "' was ",
+                                            EndName(SessionEnd::kExpired),
+                                            "; attach again"));
   }
   session.last_seen = now;
   return &session;
@@ -189,9 +187,9 @@ absl::Status StateCache::Attach(const v1::AttachRequest& request,
   const v1::Identity& want = options_.identity;
   const v1::Identity& got = request.identity();
   if (got.model_id() != want.model_id()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "identity mismatch: model_id is '", got.model_id(),
-        "', this daemon serves '", want.model_id(), "'"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("identity mismatch: model_id is '", got.model_id(),
+                     "', this daemon serves '", want.model_id(), "'"));
   }
   if (got.hash_block_size() != want.hash_block_size()) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -204,9 +202,9 @@ absl::Status StateCache::Attach(const v1::AttachRequest& request,
         "', this daemon uses '", want.hash_namespace(), "'"));
   }
   if (got.num_spec() != want.num_spec()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "identity mismatch: num_spec is ", got.num_spec(),
-        ", this daemon's state layout has ", want.num_spec()));
+    return absl::FailedPreconditionError(
+        absl::StrCat("identity mismatch: num_spec is ", got.num_spec(),
+                     ", this daemon's state layout has ", want.num_spec()));
   }
   if (!got.layout_fingerprint().empty()) {
     if (device_ == nullptr) {
@@ -216,16 +214,16 @@ absl::Status StateCache::Attach(const v1::AttachRequest& request,
     }
     const std::string want_fp = device_->layout().FingerprintHex();
     if (got.layout_fingerprint() != want_fp) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "identity mismatch: layout_fingerprint is '",
-          got.layout_fingerprint(), "', this daemon's layout (",
-          device_->layout().name(), ") is '", want_fp, "'"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("identity mismatch: layout_fingerprint is '",
+                       got.layout_fingerprint(), "', this daemon's layout (",
+                       device_->layout().name(), ") is '", want_fp, "'"));
     }
   }
   if (request.client_name().size() > kMaxIdBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "client_name is ", request.client_name().size(), " bytes; at most ",
-        kMaxIdBytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("client_name is ", request.client_name().size(),
+                     " bytes; at most ", kMaxIdBytes));
   }
   absl::MutexLock lock(&mu_);
   if (draining_) {
@@ -296,9 +294,11 @@ int32_t StateCache::EndSession(std::string session_id, SessionEnd how) {
   // Admission order, so what the pool files (and its LRU order) does not
   // depend on hash-map iteration.
   std::vector<Request*> requests;
-  for (auto& [id, request] : session.requests) requests.push_back(request.get());
-  std::sort(requests.begin(), requests.end(),
-            [](const Request* a, const Request* b) { return a->seqno < b->seqno; });
+  for (auto& [id, request] : session.requests)
+    requests.push_back(request.get());
+  std::sort(
+      requests.begin(), requests.end(),
+      [](const Request* a, const Request* b) { return a->seqno < b->seqno; });
   for (Request* request : requests) ReleaseRequest(session, *request);
   const int32_t released = static_cast<int32_t>(requests.size());
   session.requests.clear();
@@ -351,8 +351,8 @@ absl::Status StateCache::Step(const v1::StepRequest& request,
                               v1::StepResponse* response) {
   if (request.operations_size() > options_.max_operations_per_step) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "step carries ", request.operations_size(),
-        " operations; at most ", options_.max_operations_per_step));
+        "step carries ", request.operations_size(), " operations; at most ",
+        options_.max_operations_per_step));
   }
   for (int i = 0; i < request.operations_size(); ++i) {
     if (request.operations(i).kind_case() == v1::Operation::KIND_NOT_SET) {
@@ -378,9 +378,9 @@ absl::Status StateCache::Step(const v1::StepRequest& request,
         result->set_message(std::string(status.message()));
       }
       if (timed) {
-        const double seconds = std::chrono::duration<double>(
-                                   std::chrono::steady_clock::now() - t0)
-                                   .count();
+        const double seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+                .count();
         for (StateCacheObserver* o : observers_) {
           o->OnOperation(op.kind_case(), status.code(), seconds);
         }
@@ -393,8 +393,7 @@ absl::Status StateCache::Step(const v1::StepRequest& request,
   return absl::OkStatus();
 }
 
-absl::Status StateCache::RunOperation(Session& session,
-                                      const v1::Operation& op,
+absl::Status StateCache::RunOperation(Session& session, const v1::Operation& op,
                                       v1::OperationResult* result) {
   switch (op.kind_case()) {
     case v1::Operation::kBeginPass:
@@ -513,27 +512,26 @@ absl::Status StateCache::Admit(Session& session, const v1::Admit& op,
         "request '", op.request_id(), "' is already admitted in this session"));
   }
   if (op.width() < 1 || op.width() > pool_.num_slots()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "width must be in [1, ", pool_.num_slots(), "] (the pool's size), got ",
-        op.width()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("width must be in [1, ", pool_.num_slots(),
+                     "] (the pool's size), got ", op.width()));
   }
   if (op.num_tokens() < 0 || op.anchor_pos() < 0) {
-    return absl::InvalidArgumentError(
-        "num_tokens and anchor_pos must be >= 0");
+    return absl::InvalidArgumentError("num_tokens and anchor_pos must be >= 0");
   }
   if (op.kv_hit_blocks() < 0 || op.kv_hit_blocks() > op.block_hashes_size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "kv_hit_blocks ", op.kv_hit_blocks(), " outside [0, ",
-        op.block_hashes_size(), "] (the block hashes given)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("kv_hit_blocks ", op.kv_hit_blocks(), " outside [0, ",
+                     op.block_hashes_size(), "] (the block hashes given)"));
   }
   RETURN_IF_ERROR(CheckHashes(op.block_hashes(), "block_hashes"));
   if (draining_) {
     return absl::UnavailableError("the daemon is draining: not admitting");
   }
   if (pool_.NumFree() < op.width()) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "admit needs ", op.width(), " free slots, ", pool_.NumFree(),
-        " are free; admit it later"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("admit needs ", op.width(), " free slots, ",
+                     pool_.NumFree(), " are free; admit it later"));
   }
 
   auto request = std::make_unique<Request>();
@@ -590,9 +588,15 @@ absl::Status StateCache::Admit(Session& session, const v1::Admit& op,
     counters_.resume_blocks_wanted += op.kv_hit_blocks();
     counters_.resume_blocks_resumed += hit;
     switch (outcome) {
-      case ResumeOutcome::kFork: ++counters_.resumes_fork; break;
-      case ResumeOutcome::kAdopt: ++counters_.resumes_adopt; break;
-      case ResumeOutcome::kMiss: ++counters_.resumes_miss; break;
+      case ResumeOutcome::kFork:
+        ++counters_.resumes_fork;
+        break;
+      case ResumeOutcome::kAdopt:
+        ++counters_.resumes_adopt;
+        break;
+      case ResumeOutcome::kMiss:
+        ++counters_.resumes_miss;
+        break;
     }
     for (StateCacheObserver* o : observers_) {
       o->OnResume(outcome, op.kv_hit_blocks(), hit);
@@ -726,8 +730,8 @@ absl::Status StateCache::ReleaseOp(Session& session,
                                    const std::string& request_id,
                                    v1::ReleaseResult* result) {
   ASSIGN_OR_RETURN(Request * request, FindRequest(session, request_id));
-  result->set_slots_released(static_cast<int32_t>(request->slots.size() +
-                                                  request->reservations.size()));
+  result->set_slots_released(static_cast<int32_t>(
+      request->slots.size() + request->reservations.size()));
   ReleaseRequest(session, *request);
   session.requests.erase(request_id);
   return absl::OkStatus();
@@ -876,9 +880,8 @@ void StateCache::Resize(const v1::ResizeRequest& request, ResizeDone done) {
           absl::StrCat("target_slots must be in [1, ", options_.max_slots,
                        "], got ", target));
     } else if (resize_) {
-      status = absl::AbortedError(
-          absl::StrCat("a resize to ", resize_->target,
-                       " slots is already in progress"));
+      status = absl::AbortedError(absl::StrCat(
+          "a resize to ", resize_->target, " slots is already in progress"));
     } else if (target > from && device_ != nullptr &&
                !(status = device_->Resize(target)).ok()) {
       // The memory could not follow: the pool stays as it was.
@@ -946,7 +949,8 @@ bool StateCache::AdvanceResize() {
       r.response.set_relocated(r.response.relocated() + 1);
       (void)pool_.RecordRelocation(ret.retired, ret.relocated_to);
       if (device_ != nullptr) {
-        if (touched.contains(ret.retired) || touched.contains(ret.relocated_to)) {
+        if (touched.contains(ret.retired) ||
+            touched.contains(ret.relocated_to)) {
           flush();
         }
         batch.emplace_back(ret.retired, ret.relocated_to);
@@ -981,9 +985,9 @@ bool StateCache::AdvanceResize() {
 std::function<void()> StateCache::FinishResize(absl::Status status) {
   std::unique_ptr<PendingResize> r = std::move(resize_);
   if (status.ok() && !r->copy_error.ok()) {
-    status = absl::InternalError(absl::StrCat(
-        "resize reached its target but the state memory failed: ",
-        r->copy_error.ToString()));
+    status = absl::InternalError(
+        absl::StrCat("resize reached its target but the state memory failed: ",
+                     r->copy_error.ToString()));
   }
   r->response.set_num_slots(pool_.num_slots());
   if (pool_.num_slots() != r->from) {
@@ -1099,8 +1103,8 @@ void StateCache::GetStats(v1::GetStatsResponse* response) {
     response->set_backend(std::string(device_->backend()));
     response->set_layout_name(device_->layout().name());
     response->set_bytes_per_slot(device_->layout().bytes_per_slot());
-    response->set_max_slots(std::min<int64_t>(options_.max_slots,
-                                              device_->max_slots()));
+    response->set_max_slots(
+        std::min<int64_t>(options_.max_slots, device_->max_slots()));
   } else {
     response->set_backend("none");
   }
@@ -1111,10 +1115,12 @@ void StateCache::ListSessions(v1::ListSessionsResponse* response) {
   const absl::Time now = clock_->Now();
   std::vector<const Session*> sorted;
   for (const auto& [id, session] : sessions_) sorted.push_back(session.get());
-  std::sort(sorted.begin(), sorted.end(), [](const Session* a, const Session* b) {
-    return a->attached_at != b->attached_at ? a->attached_at < b->attached_at
-                                            : a->id < b->id;
-  });
+  std::sort(sorted.begin(), sorted.end(),
+            [](const Session* a, const Session* b) {
+              return a->attached_at != b->attached_at
+                         ? a->attached_at < b->attached_at
+                         : a->id < b->id;
+            });
   for (const Session* session : sorted) {
     v1::SessionInfo* info = response->add_sessions();
     info->set_session_id(session->id);
@@ -1129,7 +1135,8 @@ void StateCache::ListSessions(v1::ListSessionsResponse* response) {
     int64_t pins = 0;
     for (const auto& [slot, pin] : session->pins) pins += pin.count;
     info->set_pins(pins);
-    info->set_attached_seconds(absl::ToDoubleSeconds(now - session->attached_at));
+    info->set_attached_seconds(
+        absl::ToDoubleSeconds(now - session->attached_at));
     info->set_idle_seconds(absl::ToDoubleSeconds(now - session->last_seen));
     info->set_lease_remaining_ms(std::max<int64_t>(
         0, absl::ToInt64Milliseconds(session->last_seen + options_.lease_ttl -
@@ -1173,15 +1180,16 @@ absl::Status StateCache::CheckInvariants() const {
       for (size_t i = 0; i < request->slots.size(); ++i) {
         const int64_t slot = request->slots[i];
         if (slot < 0 || slot >= pool_.num_slots() || *pool_.IsFree(slot)) {
-          return absl::InternalError(absl::StrCat(
-              "request '", rid, "' holds slot ", slot, " the pool says is free "
-              "or out of range"));
+          return absl::InternalError(absl::StrCat("request '", rid,
+                                                  "' holds slot ", slot,
+                                                  " the pool says is free "
+                                                  "or out of range"));
         }
         const SlotOwner& owner = owners_[slot];
         if (owner.request != request.get() ||
             owner.index != static_cast<int32_t>(i)) {
-          return absl::InternalError(absl::StrCat(
-              "owner table disagrees for slot ", slot));
+          return absl::InternalError(
+              absl::StrCat("owner table disagrees for slot ", slot));
         }
       }
     }

@@ -53,7 +53,8 @@ struct StateCacheOptions {
   StateTransfer transfer = StateTransfer::None();
   absl::Duration lease_ttl = absl::Seconds(10);
   int32_t max_operations_per_step = 4096;
-  // Changes on every daemon start; 0 = pick one from the clock and /dev/urandom.
+  // Changes on every daemon start; 0 = pick one from the clock and
+  // /dev/urandom.
   uint64_t epoch = 0;
   Clock* clock = nullptr;  // nullptr = Clock::Real()
   // The state memory and its copy engine; null = slot decisions only (no
@@ -175,7 +176,8 @@ class StateCache {
   absl::Status BeginPass(Session& session, v1::BeginPassResult* result)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Admit(Session& session, const v1::Admit& op,
-                     v1::AdmitResult* result) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                     v1::AdmitResult* result)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ReserveOp(Session& session, const v1::Reserve& op,
                          v1::ReserveResult* result)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -188,22 +190,25 @@ class StateCache {
   absl::Status CheckpointOp(Session& session, const v1::Checkpoint& op,
                             v1::CheckpointResult* result)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status AdoptForkSourceOp(Session& session, const v1::AdoptForkSource& op,
+  absl::Status AdoptForkSourceOp(Session& session,
+                                 const v1::AdoptForkSource& op,
                                  v1::AdoptForkSourceResult* result)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ReleaseOp(Session& session, const std::string& request_id,
                          v1::ReleaseResult* result)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CopyOp(Session& session, const v1::Copy& op,
-                      v1::CopyResult* result) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                      v1::CopyResult* result)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status SnapshotOp(Session& session, const v1::Snapshot& op,
                           v1::SnapshotResult* result)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Runs one batch on the device, reporting it to the observers.
-  absl::StatusOr<uint64_t> RunCopy(absl::Span<const std::pair<int64_t, int64_t>> pairs,
-                                   CopyReason reason)
+  absl::StatusOr<uint64_t> RunCopy(
+      absl::Span<const std::pair<int64_t, int64_t>> pairs, CopyReason reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void FillMemory(v1::StateMemory* memory) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FillMemory(v1::StateMemory* memory) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Releases every request of the session and every pin its clock holds,
   // then forgets it.

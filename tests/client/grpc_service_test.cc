@@ -22,12 +22,11 @@
 #include "daemon/service/session_event_log.h"
 #include "daemon/service/state_cache.h"
 #include "gtest/gtest.h"
-#include "tests/service/fake_clock.h"
 #include "proto/statecache/v1/statecache.grpc.pb.h"
+#include "tests/service/fake_clock.h"
 
 namespace statecache {
 namespace {
-
 
 constexpr int64_t kBlockSize = 64;
 

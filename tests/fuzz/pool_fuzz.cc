@@ -3,8 +3,8 @@
 // a refused call has left the pool exactly as it was.
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 #include "daemon/core/slot_pool.h"
@@ -64,10 +64,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const TransferKind tk = kind == 0   ? TransferKind::kFork
                           : kind == 1 ? TransferKind::kReplay
                                       : TransferKind::kNone;
-  auto transfer = StateTransfer::Create(tk, tk == TransferKind::kFork ? 1 + in.Byte() % 64 : 0,
-                                        tk != TransferKind::kNone && in.Byte() % 2);
+  auto transfer = StateTransfer::Create(
+      tk, tk == TransferKind::kFork ? 1 + in.Byte() % 64 : 0,
+      tk != TransferKind::kNone && in.Byte() % 2);
   if (!transfer.ok()) return 0;
-  auto made = SlotPool::Create(in.Byte() % 33, *transfer, 64, in.Byte() % 16 != 0);
+  auto made =
+      SlotPool::Create(in.Byte() % 33, *transfer, 64, in.Byte() % 16 != 0);
   if (!made.ok()) return 0;
   SlotPool pool = std::move(*made);
   std::vector<Reservation> reserved;  // what reserve_midstep handed out
@@ -75,29 +77,52 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const PoolSnapshot before = pool.Dump();
     absl::Status status;
     switch (in.Byte() % 26) {
-      case 0: status = pool.HasFree(in.Small()).status(); break;
-      case 1: status = pool.IsFree(in.Slot()).status(); break;
-      case 2: status = pool.Pop().status(); break;
-      case 3: status = pool.PopMany(in.Small()).status(); break;
-      case 4: status = pool.Claim(in.Slot()); break;
-      case 5: status = pool.MarkSpeculative(in.Slot()); break;
-      case 6: status = pool.Promote(in.Slot()); break;
-      case 7: status = pool.Release(in.Slot()); break;
+      case 0:
+        status = pool.HasFree(in.Small()).status();
+        break;
+      case 1:
+        status = pool.IsFree(in.Slot()).status();
+        break;
+      case 2:
+        status = pool.Pop().status();
+        break;
+      case 3:
+        status = pool.PopMany(in.Small()).status();
+        break;
+      case 4:
+        status = pool.Claim(in.Slot());
+        break;
+      case 5:
+        status = pool.MarkSpeculative(in.Slot());
+        break;
+      case 6:
+        status = pool.Promote(in.Slot());
+        break;
+      case 7:
+        status = pool.Release(in.Slot());
+        break;
       case 8: {
         std::vector<int64_t> slots;
         for (int n = in.Byte() % 4; n > 0; --n) slots.push_back(in.Slot());
         status = pool.ReleaseMany(slots);
         break;
       }
-      case 9: status = pool.Extend(in.Small()); break;
-      case 10: status = pool.RetireTop().status(); break;
+      case 9:
+        status = pool.Extend(in.Small());
+        break;
+      case 10:
+        status = pool.RetireTop().status();
+        break;
       case 11: {
         std::vector<int64_t> hashes;
         for (int n = in.Byte() % 5; n > 0; --n) hashes.push_back(in.Hash());
-        status = pool.ResumableHit(in.Seq(), in.Small(), hashes, in.Byte() % 2).status();
+        status = pool.ResumableHit(in.Seq(), in.Small(), hashes, in.Byte() % 2)
+                     .status();
         break;
       }
-      case 12: status = pool.Lookup(in.Hash()).status(); break;
+      case 12:
+        status = pool.Lookup(in.Hash()).status();
+        break;
       case 13: {
         std::vector<std::pair<int64_t, int64_t>> positions;
         for (int n = in.Byte() % 3; n > 0; --n) {
@@ -128,15 +153,33 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         }
         break;
       }
-      case 16: status = pool.Checkpoint(in.Seq(), in.Small(), in.Hash()).status(); break;
-      case 17: status = pool.RecordRelocation(in.Slot(), in.Slot()); break;
-      case 18: (void)pool.TakeRelocations(); break;
-      case 19: status = pool.Unindex(in.Hash()); break;
-      case 20: pool.ClearIndex(); break;
-      case 21: status = pool.Invalidate(in.Slot()); break;
-      case 22: status = pool.Pin(in.Slot(), in.Byte() % 2); break;
-      case 23: status = pool.Unpin(in.Slot()); break;
-      case 24: status = pool.DropReader(in.Slot()); break;
+      case 16:
+        status = pool.Checkpoint(in.Seq(), in.Small(), in.Hash()).status();
+        break;
+      case 17:
+        status = pool.RecordRelocation(in.Slot(), in.Slot());
+        break;
+      case 18:
+        (void)pool.TakeRelocations();
+        break;
+      case 19:
+        status = pool.Unindex(in.Hash());
+        break;
+      case 20:
+        pool.ClearIndex();
+        break;
+      case 21:
+        status = pool.Invalidate(in.Slot());
+        break;
+      case 22:
+        status = pool.Pin(in.Slot(), in.Byte() % 2);
+        break;
+      case 23:
+        status = pool.Unpin(in.Slot());
+        break;
+      case 24:
+        status = pool.DropReader(in.Slot());
+        break;
       case 25:
         if (in.Byte() % 2) {
           pool.ReleasePins();
@@ -146,7 +189,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         break;
     }
     Check(pool.CheckInvariants().ok(), "invariants broken");
-    if (!status.ok()) Check(pool.Dump() == before, "a refused call changed the pool");
+    if (!status.ok())
+      Check(pool.Dump() == before, "a refused call changed the pool");
   }
   return 0;
 }

@@ -3,6 +3,7 @@
 // it but uptime_seconds) and ListSessions' per-session counts unchanged
 // afterwards: a refusal has no effect. Garbage written straight onto the
 // Unix socket must not hurt the daemon either.
+#include <google/protobuf/util/message_differencer.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -13,13 +14,11 @@
 #include <string>
 #include <vector>
 
-#include <google/protobuf/util/message_differencer.h>
-
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "tests/integration/daemon_process.h"
 #include "tests/integration/attach_session.h"
+#include "tests/integration/daemon_process.h"
 #include "tests/integration/test_util.h"
 
 namespace statecache::testing {
@@ -34,10 +33,10 @@ using Code = grpc::StatusCode;
 class BadInputTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto daemon = DaemonProcess::Start(WithIdentity(
-        {absl::StrCat("--num_slots=", kSlots),
-         absl::StrCat("--max_ops_per_step=", kMaxOps),
-         absl::StrCat("--max_message_bytes=", kMaxMessageBytes)}));
+    auto daemon = DaemonProcess::Start(
+        WithIdentity({absl::StrCat("--num_slots=", kSlots),
+                      absl::StrCat("--max_ops_per_step=", kMaxOps),
+                      absl::StrCat("--max_message_bytes=", kMaxMessageBytes)}));
     ASSERT_TRUE(daemon.ok()) << daemon.status();
     daemon_ = *std::move(daemon);
     stubs_ = std::make_unique<RawStubs>(daemon_->address());
@@ -90,10 +89,8 @@ class BadInputTest : public ::testing::Test {
   }
 
   static v1::Admit* Admit(v1::StepRequest& step, const std::string& id,
-                          int32_t width, int64_t num_tokens,
-                          int64_t anchor_pos,
-                          const std::vector<int64_t>& hashes,
-                          int32_t kv_hit) {
+                          int32_t width, int64_t num_tokens, int64_t anchor_pos,
+                          const std::vector<int64_t>& hashes, int32_t kv_hit) {
     v1::Admit* admit = step.add_operations()->mutable_admit();
     admit->set_request_id(id);
     admit->set_width(width);
@@ -145,8 +142,8 @@ class BadInputTest : public ::testing::Test {
     EXPECT_TRUE(status.ok()) << status.error_message();
     std::vector<std::string> out;
     for (const v1::SessionInfo& s : list.sessions()) {
-      out.push_back(absl::StrCat(s.session_id(), " ", s.client_name(), " r=",
-                                 s.requests(), " s=", s.slots(),
+      out.push_back(absl::StrCat(s.session_id(), " ", s.client_name(),
+                                 " r=", s.requests(), " s=", s.slots(),
                                  " p=", s.pins()));
     }
     return out;
@@ -158,7 +155,8 @@ class BadInputTest : public ::testing::Test {
     google::protobuf::util::MessageDifferencer differencer;
     differencer.ReportDifferencesToString(&diff);
     EXPECT_TRUE(differencer.Compare(baseline_, now))
-        << what << " changed GetStats:\n" << diff;
+        << what << " changed GetStats:\n"
+        << diff;
     EXPECT_EQ(Sessions(), baseline_sessions_) << what;
   }
 
@@ -223,14 +221,11 @@ TEST_F(BadInputTest, RefusedOperationsHaveTheirCodeAndNoEffect) {
        [](auto& op) { op.mutable_consume_fork()->set_request_id("nope"); },
        kNotFound},
       {"adopt_fork_source unknown request",
-       [](auto& op) {
-         op.mutable_adopt_fork_source()->set_request_id("nope");
-       },
+       [](auto& op) { op.mutable_adopt_fork_source()->set_request_id("nope"); },
        kNotFound},
       // Another session's request: ids are private to their session.
       {"release another session's request",
-       [](auto& op) { op.mutable_release()->set_request_id("b1"); },
-       kNotFound},
+       [](auto& op) { op.mutable_release()->set_request_id("b1"); }, kNotFound},
       {"checkpoint another session's request",
        [](auto& op) {
          op.mutable_checkpoint()->set_request_id("b1");
@@ -250,8 +245,8 @@ TEST_F(BadInputTest, RefusedOperationsHaveTheirCodeAndNoEffect) {
        [](auto& op) { op.mutable_consume_fork()->set_request_id("b1"); },
        kNotFound},
       {"release A's request from B",
-       [](auto& op) { op.mutable_release()->set_request_id("a1"); },
-       kNotFound, /*on_b=*/true},
+       [](auto& op) { op.mutable_release()->set_request_id("a1"); }, kNotFound,
+       /*on_b=*/true},
       // Admit arguments.
       {"duplicate admit", admit("a1", kWidth, 100, {}, 0),
        Code::ALREADY_EXISTS},
@@ -276,9 +271,8 @@ TEST_F(BadInputTest, RefusedOperationsHaveTheirCodeAndNoEffect) {
        },
        kInvalid},
       {"empty request_id", admit("", kWidth, 100, {}, 0), kInvalid},
-      {"request_id over 256 bytes", admit(std::string(257, 'r'), kWidth, 100,
-                                          {}, 0),
-       kInvalid},
+      {"request_id over 256 bytes",
+       admit(std::string(257, 'r'), kWidth, 100, {}, 0), kInvalid},
       {"admit more slots than are free", admit("huge", kSlots, 100, {}, 0),
        Code::RESOURCE_EXHAUSTED},
       // Queries.
@@ -401,15 +395,14 @@ TEST_F(BadInputTest, UnknownSessionIsNotFound) {
     v1::KeepAliveRequest keepalive;
     keepalive.set_session_id(id);
     v1::KeepAliveResponse kr;
-    EXPECT_EQ(stubs_->scheduler->KeepAlive(Ctx().get(), keepalive, &kr)
-                  .error_code(),
-              Code::NOT_FOUND);
+    EXPECT_EQ(
+        stubs_->scheduler->KeepAlive(Ctx().get(), keepalive, &kr).error_code(),
+        Code::NOT_FOUND);
     v1::DetachRequest detach;
     detach.set_session_id(id);
     v1::DetachResponse dr;
-    EXPECT_EQ(
-        stubs_->scheduler->Detach(Ctx().get(), detach, &dr).error_code(),
-        Code::NOT_FOUND);
+    EXPECT_EQ(stubs_->scheduler->Detach(Ctx().get(), detach, &dr).error_code(),
+              Code::NOT_FOUND);
     v1::EvictSessionRequest evict;
     evict.set_session_id(id);
     v1::EvictSessionResponse er;
@@ -449,16 +442,16 @@ TEST_F(BadInputTest, IdentityMismatchNamesTheField) {
   // An empty identity is a mismatch too.
   v1::AttachRequest empty;
   v1::AttachResponse response;
-  EXPECT_EQ(stubs_->scheduler->Attach(Ctx().get(), empty, &response)
-                .error_code(),
-            Code::FAILED_PRECONDITION);
+  EXPECT_EQ(
+      stubs_->scheduler->Attach(Ctx().get(), empty, &response).error_code(),
+      Code::FAILED_PRECONDITION);
   // client_name over 256 bytes.
   v1::AttachRequest long_name;
   *long_name.mutable_identity() = TestIdentityProto();
   long_name.set_client_name(std::string(257, 'n'));
-  EXPECT_EQ(stubs_->scheduler->Attach(Ctx().get(), long_name, &response)
-                .error_code(),
-            Code::INVALID_ARGUMENT);
+  EXPECT_EQ(
+      stubs_->scheduler->Attach(Ctx().get(), long_name, &response).error_code(),
+      Code::INVALID_ARGUMENT);
   ExpectUnchanged("bad attaches");
 }
 
@@ -509,8 +502,8 @@ TEST_F(BadInputTest, MessageOverTheLimitIsResourceExhausted) {
   ExpectUnchanged("a message over --max_message_bytes");
   // The channel and the daemon carry on.
   v1::PingResponse pong;
-  EXPECT_TRUE(stubs_->scheduler->Ping(Ctx().get(), v1::PingRequest(), &pong)
-                  .ok());
+  EXPECT_TRUE(
+      stubs_->scheduler->Ping(Ctx().get(), v1::PingRequest(), &pong).ok());
 }
 
 TEST_F(BadInputTest, AdminRefusals) {
@@ -544,13 +537,12 @@ void WriteRaw(const std::string& socket_path, const std::string& bytes) {
   addr.sun_family = AF_UNIX;
   ASSERT_LT(socket_path.size(), sizeof(addr.sun_path));
   std::memcpy(addr.sun_path, socket_path.c_str(), socket_path.size() + 1);
-  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)),
-            0)
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0)
       << std::strerror(errno);
   size_t off = 0;
   while (off < bytes.size()) {
-    ssize_t n = ::send(fd, bytes.data() + off, bytes.size() - off,
-                       MSG_NOSIGNAL);
+    ssize_t n =
+        ::send(fd, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
     if (n <= 0) break;  // the daemon may hang up on garbage: that is fine
     off += static_cast<size_t>(n);
   }
@@ -636,8 +628,7 @@ TEST(ExpiredSessionTest, ExpiredSessionIsNotFoundAndItsSlotsAreFreed) {
   EXPECT_EQ(stats.requests(), 0);
   stats.clear_uptime_seconds();
 
-  grpc::Status status =
-      stubs.scheduler->Step(Ctx().get(), step, &response);
+  grpc::Status status = stubs.scheduler->Step(Ctx().get(), step, &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_TRUE(absl::StrContains(status.error_message(), "expired"))
       << status.error_message();

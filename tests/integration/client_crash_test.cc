@@ -22,8 +22,9 @@ constexpr absl::Duration kTtl = absl::Seconds(2);
 constexpr int kRequests = 3;
 
 TEST(ClientCrashTest, KilledClientsSlotsComeBackWithinOneLease) {
-  auto daemon = DaemonProcess::Start(WithIdentity(
-      {"--num_slots=32", absl::StrCat("--lease_ttl=", absl::FormatDuration(kTtl))}));
+  auto daemon = DaemonProcess::Start(
+      WithIdentity({"--num_slots=32",
+                    absl::StrCat("--lease_ttl=", absl::FormatDuration(kTtl))}));
   ASSERT_TRUE(daemon.ok()) << daemon.status();
   auto admin = Client::Connect((*daemon)->address());
   ASSERT_TRUE(admin.ok()) << admin.status();
@@ -111,8 +112,7 @@ TEST(ClientCrashTest, KilledClientsSlotsComeBackWithinOneLease) {
   auto other = Client::Connect((*daemon)->address());
   ASSERT_TRUE(other.ok());
   ASSERT_TRUE((*other)->Attach(TestIdentity(), "after-crash").ok());
-  std::vector<int64_t> hashes =
-      ChainedHashes({424242, 424243, 424244, 424245});
+  std::vector<int64_t> hashes = ChainedHashes({424242, 424243, 424244, 424245});
   ASSERT_EQ(hashes[2], hash) << "slot_holder and this test hash differently";
   StepBuilder step;
   step.BeginPass().Admit("resume", kWidth, 300, 300, hashes, 4);

@@ -102,13 +102,13 @@ TempDir::~TempDir() {
 
 std::string ExitInfo::ToString() const {
   if (exited) return absl::StrCat("exited with code ", code);
-  if (signal != 0) return absl::StrCat("killed by signal ", signal, " (",
-                                       strsignal(signal), ")");
+  if (signal != 0)
+    return absl::StrCat("killed by signal ", signal, " (", strsignal(signal),
+                        ")");
   return "unknown end";
 }
 
-absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(
-    Options options) {
+absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(Options options) {
   if (options.argv.empty()) return absl::InvalidArgumentError("empty argv");
   std::unique_ptr<Subprocess> process(new Subprocess());
 
@@ -135,10 +135,10 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(
   for (std::string& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);
   auto open_output = [](const std::string& path) {
-    return path.empty() ? ::open("/dev/null", O_WRONLY | O_CLOEXEC)
-                        : ::open(path.c_str(),
-                                 O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
-                                 0644);
+    return path.empty()
+               ? ::open("/dev/null", O_WRONLY | O_CLOEXEC)
+               : ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
+                        0644);
   };
   int out_fd = options.pipe_stdout ? -1 : open_output(options.stdout_path);
   int err_fd = open_output(options.stderr_path);
@@ -214,9 +214,9 @@ absl::StatusOr<std::string> Subprocess::ReadLine(absl::Duration timeout,
       return ErrnoError("poll");
     }
     if (ready == 0) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "no line within ", absl::FormatDuration(timeout), "; got \"",
-          buffer, "\""));
+      return absl::DeadlineExceededError(
+          absl::StrCat("no line within ", absl::FormatDuration(timeout),
+                       "; got \"", buffer, "\""));
     }
     char chunk[512];
     const ssize_t n = ::read(fd, chunk, sizeof(chunk));
@@ -331,12 +331,12 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(
       daemon->process_->ReadLine(absl::Seconds(30), /*from_ready=*/true);
   if (!line.ok() || *line != "ready") {
     absl::StatusOr<ExitInfo> exit = daemon->process_->Wait(absl::Seconds(2));
-    return absl::UnavailableError(absl::StrCat(
-        "statecached did not become ready (",
-        line.ok() ? absl::StrCat("read \"", *line, "\"")
-                  : std::string(line.status().message()),
-        "; ", exit.ok() ? exit->ToString() : "still running",
-        "); its log:\n", daemon->log()));
+    return absl::UnavailableError(
+        absl::StrCat("statecached did not become ready (",
+                     line.ok() ? absl::StrCat("read \"", *line, "\"")
+                               : std::string(line.status().message()),
+                     "; ", exit.ok() ? exit->ToString() : "still running",
+                     "); its log:\n", daemon->log()));
   }
   // "listening on ADDR epoch=N" was written before "ready".
   const std::string log = daemon->log();
@@ -362,9 +362,9 @@ absl::Status DaemonProcess::StopCleanly() {
   absl::StatusOr<ExitInfo> exit = Stop();
   if (!exit.ok()) return exit.status();
   if (!exit->exited || exit->code != 0) {
-    return absl::InternalError(
-        absl::StrCat("statecached did not shut down cleanly: ",
-                     exit->ToString(), "; its log:\n", log()));
+    return absl::InternalError(absl::StrCat(
+        "statecached did not shut down cleanly: ", exit->ToString(),
+        "; its log:\n", log()));
   }
   return absl::OkStatus();
 }

@@ -119,9 +119,9 @@ struct CommandResult {
   std::string out;
   std::string err;
 };
-absl::StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv,
-                                         absl::Duration timeout =
-                                             absl::Seconds(30));
+absl::StatusOr<CommandResult> RunCommand(
+    const std::vector<std::string>& argv,
+    absl::Duration timeout = absl::Seconds(30));
 
 // statecached on a Unix socket "unix:DIR/statecached.sock".
 class DaemonProcess {

@@ -15,8 +15,8 @@
 #include "client/state_memory.h"
 #include "daemon/device/host_region.h"
 #include "gtest/gtest.h"
-#include "tests/integration/daemon_process.h"
 #include "tests/integration/attach_session.h"
+#include "tests/integration/daemon_process.h"
 #include "tests/integration/test_util.h"
 
 namespace statecache::testing {
@@ -262,8 +262,8 @@ TEST_F(MemoryTest, ShrinkRelocatesLiveAndCheckpointedSlotsAndReturnsMemory) {
   const uint64_t after = AllocatedBytes();
   EXPECT_LT(after, before) << "before=" << before << " after=" << after;
   v1::GetStatsResponse stats;
-  ASSERT_TRUE(stubs_->admin->GetStats(Ctx().get(), v1::GetStatsRequest(),
-                                      &stats).ok());
+  ASSERT_TRUE(
+      stubs_->admin->GetStats(Ctx().get(), v1::GetStatsRequest(), &stats).ok());
   EXPECT_EQ(stats.state_bytes(), after);
   EXPECT_EQ(stats.backend(), "host");
 }

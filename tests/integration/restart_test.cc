@@ -117,9 +117,9 @@ TEST(RestartTest, RawKeepAliveShowsTheNewEpoch) {
   v1::KeepAliveRequest keepalive;
   keepalive.set_session_id(old_session);
   v1::KeepAliveResponse kr;
-  EXPECT_EQ(stubs.scheduler->KeepAlive(Ctx().get(), keepalive, &kr)
-                .error_code(),
-            grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(
+      stubs.scheduler->KeepAlive(Ctx().get(), keepalive, &kr).error_code(),
+      grpc::StatusCode::NOT_FOUND);
   v1::AttachRequest attach;
   *attach.mutable_identity() = TestIdentityProto();
   v1::AttachResponse response;
@@ -143,8 +143,8 @@ TEST(RestartTest, SecondDaemonOnALiveSocketIsRefused) {
   auto second = DaemonProcess::Start(WithIdentity({"--num_slots=8"}),
                                      (*first)->socket_dir());
   ASSERT_FALSE(second.ok()) << "a second daemon took over a live socket";
-  EXPECT_TRUE(absl::StrContains(second.status().message(),
-                                "exited with code 1"))
+  EXPECT_TRUE(
+      absl::StrContains(second.status().message(), "exited with code 1"))
       << second.status();
   auto stubs_owner = std::make_unique<RawStubs>((*first)->address());
   RawStubs& stubs = *stubs_owner;
@@ -190,8 +190,8 @@ TEST(ShutdownTest, SigtermWithClientsConnectedAndAStreamOpenExitsCleanly) {
   auto exit = (*daemon)->Stop(absl::Seconds(20));
   const absl::Duration took = absl::Now() - start;
   ASSERT_TRUE(exit.ok()) << exit.status();
-  EXPECT_TRUE(exit->exited && exit->code == 0)
-      << exit->ToString() << "\n" << (*daemon)->log();
+  EXPECT_TRUE(exit->exited && exit->code == 0) << exit->ToString() << "\n"
+                                               << (*daemon)->log();
   EXPECT_LT(took, kGrace + absl::Seconds(5));
   RecordProperty("shutdown_ms", absl::StrCat(absl::ToInt64Milliseconds(took)));
   // The stream was ended by the daemon, not left hanging.

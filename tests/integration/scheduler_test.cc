@@ -22,8 +22,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "tests/integration/daemon_process.h"
 #include "tests/integration/attach_session.h"
+#include "tests/integration/daemon_process.h"
 #include "tests/integration/test_util.h"
 
 namespace statecache::testing {
@@ -90,10 +90,10 @@ class SchedulerTest : public ::testing::TestWithParam<bool> {
   void ExpectFresh(int64_t slot, const std::string& what) {
     EXPECT_GE(slot, 0) << what;
     EXPECT_LT(slot, kSlots) << what;
-    EXPECT_FALSE(live_.contains(slot)) << what << ": slot " << slot
-                                       << " is already live";
-    EXPECT_FALSE(pins_.contains(slot)) << what << ": slot " << slot
-                                       << " is a pinned fork source";
+    EXPECT_FALSE(live_.contains(slot))
+        << what << ": slot " << slot << " is already live";
+    EXPECT_FALSE(pins_.contains(slot))
+        << what << ": slot " << slot << " is a pinned fork source";
     live_.insert(slot);
   }
 
@@ -152,8 +152,8 @@ TEST_P(SchedulerTest, MultiTurnConversationsResumeFromTheirCheckpoints) {
   EXPECT_TRUE(session->transfer.readable_midstep);
 
   std::vector<Conversation> convs(kConversations);
-  const int64_t max_blocks = (256 + 64 * kConversations) / kBlock +
-                             kTurns * kTurnGrowth / kBlock;
+  const int64_t max_blocks =
+      (256 + 64 * kConversations) / kBlock + kTurns * kTurnGrowth / kBlock;
   for (int c = 0; c < kConversations; ++c) {
     Conversation& conv = convs[c];
     conv.id = c;

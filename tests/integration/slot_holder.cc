@@ -29,9 +29,8 @@
 namespace {
 
 int Fail(std::string_view what, const absl::Status& status) {
-  std::fprintf(stderr, "slot_holder: %.*s: %s\n",
-               static_cast<int>(what.size()), what.data(),
-               status.ToString().c_str());
+  std::fprintf(stderr, "slot_holder: %.*s: %s\n", static_cast<int>(what.size()),
+               what.data(), status.ToString().c_str());
   return 1;
 }
 
@@ -83,9 +82,9 @@ int Main(int argc, char** argv) {
   if (!checkpoint.ok() || !checkpoint->kept) {
     return Fail("checkpoint", absl::InternalError("not kept"));
   }
-  const std::string line = absl::StrCat("held ", session->session_id, " ",
-                                        hashes[2], " ", checkpoint->fork_src,
-                                        "\n");
+  const std::string line =
+      absl::StrCat("held ", session->session_id, " ", hashes[2], " ",
+                   checkpoint->fork_src, "\n");
   if (::write(STDOUT_FILENO, line.data(), line.size()) !=
       static_cast<ssize_t>(line.size())) {
     return 1;

@@ -247,10 +247,10 @@ TEST_F(StatecachectlTest, UsageAndConnectionErrors) {
   EXPECT_TRUE(absl::StrContains(r.out, "usage")) << r.out;
 
   // Nobody listening there: exit 4 (unreachable), with a message.
-  auto result = RunCommand({StatecachectlPath(),
-                            "--address=unix:" + daemon_->socket_dir() +
-                                "/nobody.sock",
-                            "--timeout=1s", "status"});
+  auto result =
+      RunCommand({StatecachectlPath(),
+                  "--address=unix:" + daemon_->socket_dir() + "/nobody.sock",
+                  "--timeout=1s", "status"});
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_TRUE(ExitedWith(*result, 4)) << result->exit.ToString();
   EXPECT_TRUE(absl::StrContains(result->err, "UNAVAILABLE")) << result->err;

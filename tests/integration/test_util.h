@@ -4,13 +4,13 @@
 #ifndef STATECACHE_TESTS_INTEGRATION_TEST_UTIL_H_
 #define STATECACHE_TESTS_INTEGRATION_TEST_UTIL_H_
 
+#include <grpcpp/grpcpp.h>
+
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -106,8 +106,7 @@ inline std::vector<int64_t> ChainedHashes(
 // Calls `done` every `interval` until it returns true or `timeout` passes.
 // Returns whether it became true. (Polling with a deadline: the condition
 // is observed, never assumed after a fixed sleep.)
-inline bool PollUntil(const std::function<bool()>& done,
-                      absl::Duration timeout,
+inline bool PollUntil(const std::function<bool()>& done, absl::Duration timeout,
                       absl::Duration interval = absl::Milliseconds(20)) {
   const absl::Time deadline = absl::Now() + timeout;
   for (;;) {

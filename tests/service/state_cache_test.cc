@@ -15,7 +15,6 @@
 namespace statecache {
 namespace {
 
-
 constexpr int64_t kBlock = 64;
 
 v1::Identity TestIdentity() {
@@ -29,8 +28,8 @@ v1::Identity TestIdentity() {
 
 struct Fixture {
   explicit Fixture(int64_t num_slots = 8,
-                   StateTransfer transfer = *StateTransfer::Create(
-                       TransferKind::kFork, 1, true)) {
+                   StateTransfer transfer =
+                       *StateTransfer::Create(TransferKind::kFork, 1, true)) {
     StateCacheOptions options;
     options.identity = TestIdentity();
     options.num_slots = num_slots;
@@ -188,8 +187,8 @@ TEST(StateCacheTest, CheckpointThenResumeForksFromTheCheckpoint) {
   const std::string s = f.Attach();
   const std::vector<int64_t> hashes = {101, 102, 103};
   // Turn 1: cold start, prompt of 3 blocks + a few tokens, checkpoint at end.
-  auto r1 = RunStep(*f.cache, StepBuilder(s).BeginPass().Admit("a", 1, 200, hashes,
-                                                           0, 192));
+  auto r1 = RunStep(
+      *f.cache, StepBuilder(s).BeginPass().Admit("a", 1, 200, hashes, 0, 192));
   ASSERT_EQ(r1.results(1).code(), 0) << r1.results(1).message();
   EXPECT_EQ(Slots(r1.results(1).admit()), (std::vector<int64_t>{0}));
   EXPECT_EQ(r1.results(1).admit().fork_src(), -1);
@@ -208,8 +207,8 @@ TEST(StateCacheTest, CheckpointThenResumeForksFromTheCheckpoint) {
 
   // Turn 2 extends the prompt: resumes at 3 blocks, forks from slot 0.
   const std::vector<int64_t> hashes2 = {101, 102, 103, 104, 105};
-  auto r2 = RunStep(*f.cache,
-                StepBuilder(s).BeginPass().Admit("b", 1, 330, hashes2, 5, 320));
+  auto r2 = RunStep(
+      *f.cache, StepBuilder(s).BeginPass().Admit("b", 1, 330, hashes2, 5, 320));
   const v1::AdmitResult& a2 = r2.results(1).admit();
   ASSERT_EQ(r2.results(1).code(), 0) << r2.results(1).message();
   EXPECT_EQ(a2.blocks_resumed(), 3);
@@ -227,8 +226,10 @@ TEST(StateCacheTest, ResumeAdoptsTheCheckpointWhenTooFewSlotsAreFree) {
   Fixture f(2);
   const std::string s = f.Attach();
   RunStep(*f.cache, StepBuilder(s).Admit("a", 1, 100, {7}, 0, 64));
-  RunStep(*f.cache, StepBuilder(s).Checkpoint("a", 1, 7));  // a -> slot 1, 0 pinned
-  RunStep(*f.cache, StepBuilder(s).BeginPass().BeginPass());  // 0 back as checkpoint
+  RunStep(*f.cache,
+          StepBuilder(s).Checkpoint("a", 1, 7));  // a -> slot 1, 0 pinned
+  RunStep(*f.cache,
+          StepBuilder(s).BeginPass().BeginPass());  // 0 back as checkpoint
   // a holds slot 1; slot 0 is the only free one and holds the checkpoint.
   auto r = RunStep(*f.cache, StepBuilder(s).Admit("b", 1, 100, {7}, 1, 64));
   ASSERT_EQ(r.results(0).code(), 0) << r.results(0).message();
@@ -265,7 +266,7 @@ TEST(StateCacheTest, LateReleaseDoesNotDropAPinThatIsNoLongerItsOwn) {
   const std::string s1 = f.Attach();
   const std::string s2 = f.Attach();
   RunStep(*f.cache, StepBuilder(s1).Admit("a", 1, 100, {9}, 0, 64));
-  RunStep(*f.cache, StepBuilder(s1).Checkpoint("a", 1, 9));  // 0 pinned by s1
+  RunStep(*f.cache, StepBuilder(s1).Checkpoint("a", 1, 9));    // 0 pinned by s1
   RunStep(*f.cache, StepBuilder(s1).BeginPass().BeginPass());  // s1's pin gone
   // s2 resumes from slot 0 and pins it.
   RunStep(*f.cache, StepBuilder(s2).Admit("b", 1, 100, {9}, 1, 64));
@@ -376,10 +377,12 @@ TEST(StateCacheTest, RefusedOperationsChangeNothing) {
       [](StepBuilder& b) { b.Checkpoint("a", 1, -5); });
   add("adopt without a fork source", C::kFailedPrecondition,
       [](StepBuilder& b) { b.AdoptForkSource("a"); });
-  add("negative unindex hash", C::kInvalidArgument,
-      [](StepBuilder& b) { b.Unindex({3, -3}); });
-  add("reserve negative hash", C::kInvalidArgument,
-      [](StepBuilder& b) { b.Reserve("a", {{64, -1}}); });
+  add("negative unindex hash", C::kInvalidArgument, [](StepBuilder& b) {
+    b.Unindex({3, -3});
+  });
+  add("reserve negative hash", C::kInvalidArgument, [](StepBuilder& b) {
+    b.Reserve("a", {{64, -1}});
+  });
   for (Case& c : cases) {
     const PoolSnapshot before = f.cache->DumpPool();
     v1::GetStatsResponse stats_before;
@@ -389,7 +392,8 @@ TEST(StateCacheTest, RefusedOperationsChangeNothing) {
     EXPECT_EQ(resp.results(0).code(), static_cast<int>(c.code))
         << c.name << ": " << resp.results(0).message();
     EXPECT_FALSE(resp.results(0).message().empty()) << c.name;
-    EXPECT_EQ(resp.results(0).result_case(), v1::OperationResult::RESULT_NOT_SET)
+    EXPECT_EQ(resp.results(0).result_case(),
+              v1::OperationResult::RESULT_NOT_SET)
         << c.name;
     EXPECT_EQ(f.cache->DumpPool(), before) << c.name;
     v1::GetStatsResponse stats_after;
@@ -460,12 +464,12 @@ TEST(StateCacheTest, ShrinkRelocatesLiveSlotsAndTellsTheSession) {
   const std::string s = f.Attach();
   // Fill 0..5, then release the low ones so the top is live with room below.
   RunStep(*f.cache, StepBuilder(s)
-                    .Admit("a", 1, 10, {}, 0)
-                    .Admit("b", 1, 10, {}, 0)
-                    .Admit("c", 1, 10, {}, 0)
-                    .Admit("d", 1, 10, {}, 0)
-                    .Admit("e", 1, 10, {}, 0)
-                    .Admit("top", 1, 10, {}, 0));
+                        .Admit("a", 1, 10, {}, 0)
+                        .Admit("b", 1, 10, {}, 0)
+                        .Admit("c", 1, 10, {}, 0)
+                        .Admit("d", 1, 10, {}, 0)
+                        .Admit("e", 1, 10, {}, 0)
+                        .Admit("top", 1, 10, {}, 0));
   RunStep(*f.cache, StepBuilder(s).Release("a").Release("b").Release("e"));
   absl::Status result = absl::UnknownError("not run");
   v1::ResizeResponse out;
@@ -502,17 +506,15 @@ TEST(StateCacheTest, ShrinkWaitsForPinsThenHitsItsDeadline) {
   v1::ResizeRequest req;
   req.set_target_slots(1);
   req.set_deadline_ms(1000);
-  f.cache->Resize(req, [&](absl::Status st, const v1::ResizeResponse&) {
-    result = st;
-  });
+  f.cache->Resize(
+      req, [&](absl::Status st, const v1::ResizeResponse&) { result = st; });
   // Top (1) is live and slot 0 is pinned: nowhere to go yet.
   EXPECT_EQ(result.code(), absl::StatusCode::kUnknown);
   v1::ResizeRequest again;
   again.set_target_slots(1);
   absl::Status second;
-  f.cache->Resize(again, [&](absl::Status st, const v1::ResizeResponse&) {
-    second = st;
-  });
+  f.cache->Resize(
+      again, [&](absl::Status st, const v1::ResizeResponse&) { second = st; });
   EXPECT_EQ(second.code(), absl::StatusCode::kAborted);
   f.clock.Advance(absl::Seconds(2));
   f.cache->Tick();
@@ -521,9 +523,8 @@ TEST(StateCacheTest, ShrinkWaitsForPinsThenHitsItsDeadline) {
   // Now let the pin clear: the next resize completes from the Step.
   result = absl::UnknownError("pending");
   req.set_deadline_ms(60000);
-  f.cache->Resize(req, [&](absl::Status st, const v1::ResizeResponse&) {
-    result = st;
-  });
+  f.cache->Resize(
+      req, [&](absl::Status st, const v1::ResizeResponse&) { result = st; });
   EXPECT_EQ(result.code(), absl::StatusCode::kUnknown);
   RunStep(*f.cache, StepBuilder(s).BeginPass().BeginPass());
   EXPECT_TRUE(result.ok()) << result;
@@ -545,9 +546,8 @@ TEST(StateCacheTest, GrowIsImmediate) {
   });
   EXPECT_TRUE(result.ok());
   req.set_target_slots(0);
-  f.cache->Resize(req, [&](absl::Status st, const v1::ResizeResponse&) {
-    result = st;
-  });
+  f.cache->Resize(
+      req, [&](absl::Status st, const v1::ResizeResponse&) { result = st; });
   EXPECT_EQ(result.code(), absl::StatusCode::kInvalidArgument);
 }
 
@@ -575,7 +575,8 @@ TEST(StateCacheTest, OneSessionMatchesTheReferenceCallSequence) {
   auto chain = [&](std::vector<int64_t> h, int add) {
     for (int i = 0; i < add; ++i) {
       h.push_back(static_cast<int64_t>(
-          (rng() ^ (h.empty() ? 0 : static_cast<uint64_t>(h.back()) * 31)) >> 1));
+          (rng() ^ (h.empty() ? 0 : static_cast<uint64_t>(h.back()) * 31)) >>
+          1));
     }
     return h;
   };
@@ -643,8 +644,8 @@ TEST(StateCacheTest, OneSessionMatchesTheReferenceCallSequence) {
       if (rng() % 2 == 0 && m.hashes.size() >= 2) {
         const int64_t b = 1;
         step.Reserve(id, {{b * kBlock, m.hashes[b - 1]}});
-        m.reservations = *mirror.ReserveMidstep(
-            m.seq, {{b * kBlock, m.hashes[b - 1]}});
+        m.reservations =
+            *mirror.ReserveMidstep(m.seq, {{b * kBlock, m.hashes[b - 1]}});
         step.Publish(id);
         ASSERT_TRUE(mirror.PublishMidstep(m.reservations, m.seq).ok());
         m.reservations.clear();
