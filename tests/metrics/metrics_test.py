@@ -415,7 +415,7 @@ class PrometheusTest(unittest.TestCase):
         up = self.query(port, 'up{job="statecache"} == 1')
         self.assertEqual(len(up or []), 1, up)
 
-        # The operator's queries (docs/operators.md) evaluate.
+        # The operators' queries (README, "For operators") evaluate.
         for promql in [
                 "sum(rate(statecache_resume_blocks_resumed_total[5m])) / "
                 "sum(rate(statecache_resume_blocks_wanted_total[5m]))",
