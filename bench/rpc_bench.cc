@@ -41,6 +41,8 @@ ABSL_FLAG(std::string, statecached, STATECACHED_PATH_DEFAULT,
 ABSL_FLAG(int, iterations, 3000, "round trips per latency measurement");
 ABSL_FLAG(int, reps, 3, "repetitions (median reported)");
 ABSL_FLAG(double, seconds, 2.0, "duration of each throughput run");
+ABSL_FLAG(bool, in_process_only, false,
+          "time only StateCache::Step in-process (for profiling the core)");
 
 namespace statecache {
 namespace {
@@ -390,6 +392,14 @@ double Median(std::vector<double> v) {
 int main(int argc, char** argv) {
   using namespace statecache;
   absl::ParseCommandLine(argc, argv);
+  if (absl::GetFlag(FLAGS_in_process_only)) {
+    for (int ops : {64, 256}) {
+      Latency l = InProcessStepLatency(ops, absl::GetFlag(FLAGS_iterations));
+      std::printf("in-process, %d ops: p50 %.1f us, p99 %.1f us\n", ops,
+                  l.p50_us, l.p99_us);
+    }
+    return 0;
+  }
   Daemon daemon;
   auto channel =
       grpc::CreateChannel(daemon.address(), grpc::InsecureChannelCredentials());
