@@ -24,6 +24,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -534,10 +536,17 @@ int Serve() {
       absl::ToChronoTime(absl::Now() + absl::GetFlag(FLAGS_shutdown_grace)));
   maintenance.Stop();
   server.reset();
-  // Destroying the cache cancels a resize still pending in the core.
+  // Destroying the cache cancels a resize still pending in the core; the
+  // last reference to the device unmaps and unlinks the state memory.
   cache->reset();
+  device.reset();
+  options->device.reset();
   LOG_INFO("stopped");
-  return kExitOk;
+  // Everything with an effect outside the process is done. The rest (the
+  // metrics HTTP server's and gRPC's own teardown) only frees memory and
+  // threads, and takes seconds: skip it.
+  std::fflush(stderr);
+  std::_Exit(kExitOk);
 }
 
 }  // namespace
