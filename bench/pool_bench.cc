@@ -70,53 +70,14 @@ std::string RunCommand(const std::string& cmd) {
 
 // ---------------------------------------------------------------- part (a)
 
-// The converted arguments of one call, laid out the way a C++ caller would
-// hold them: fixed fields inline, lists in shared arenas in call order (so the
-// timed loop streams them instead of chasing one heap block per call).
-struct BenchCall {
-  replay::Op op;
-  bool flag;
-  bool has_seq;
-  int64_t a, b;
-  Sequence seq;
-  uint32_t off, len;  // into the arena the op reads
-};
-struct Arenas {
-  std::vector<int64_t> ints;
-  std::vector<std::pair<int64_t, int64_t>> pairs;
-  std::vector<Reservation> reservations;
-};
-
-BenchCall Compact(const replay::Call& c, Arenas& arenas) {
-  BenchCall out{c.op, c.flag, c.seq.has_value(),
-                c.a,  c.b,    c.seq.value_or(Sequence{}),
-                0,    0};
-  if (!c.ints.empty()) {
-    out.off = static_cast<uint32_t>(arenas.ints.size());
-    out.len = static_cast<uint32_t>(c.ints.size());
-    arenas.ints.insert(arenas.ints.end(), c.ints.begin(), c.ints.end());
-  } else if (!c.pairs.empty()) {
-    out.off = static_cast<uint32_t>(arenas.pairs.size());
-    out.len = static_cast<uint32_t>(c.pairs.size());
-    arenas.pairs.insert(arenas.pairs.end(), c.pairs.begin(), c.pairs.end());
-  } else if (!c.reservations.empty()) {
-    out.off = static_cast<uint32_t>(arenas.reservations.size());
-    out.len = static_cast<uint32_t>(c.reservations.size());
-    arenas.reservations.insert(arenas.reservations.end(),
-                               c.reservations.begin(), c.reservations.end());
-  }
-  return out;
-}
-
 // Runs one call and folds what it returned into a checksum, so nothing can
-// be optimised away; unlike replay::Invoke it builds no printable result (the
-// reference side, too, times the bare pool calls).
-int64_t RunCall(SlotPool& pool, const BenchCall& c, const Arenas& arenas) {
+// be optimised away. Not replay::Invoke: that builds the printable result
+// (a variant holding the returned vectors), which costs about a quarter of
+// the pool's own time here, and the reference side times bare calls too.
+int64_t RunCall(SlotPool& pool, const replay::Call& c) {
   using replay::Op;
-  const Sequence& seq = c.seq;
-  const absl::Span<const int64_t> ints(
-      arenas.ints.data() + c.off,
-      c.op == Op::kReleaseMany || c.op == Op::kResumableHit ? c.len : 0);
+  static const Sequence kNoSeq;
+  const Sequence& seq = c.seq ? *c.seq : kNoSeq;
   auto fold = [](const absl::Status& s) -> int64_t { return s.ok() ? 0 : 1; };
   switch (c.op) {
     case Op::kHasFree:
@@ -142,7 +103,7 @@ int64_t RunCall(SlotPool& pool, const BenchCall& c, const Arenas& arenas) {
     case Op::kRelease:
       return fold(pool.Release(c.a));
     case Op::kReleaseMany:
-      return fold(pool.ReleaseMany(ints));
+      return fold(pool.ReleaseMany(c.ints));
     case Op::kExtend:
       return fold(pool.Extend(c.a));
     case Op::kRetireTop: {
@@ -154,21 +115,15 @@ int64_t RunCall(SlotPool& pool, const BenchCall& c, const Arenas& arenas) {
     case Op::kLookup:
       return pool.Lookup(c.a).value_or(-1);
     case Op::kResumableHit:
-      return pool.ResumableHit(seq, c.a, ints, c.flag).value_or(-1);
+      return pool.ResumableHit(seq, c.a, c.ints, c.flag).value_or(-1);
     case Op::kReserveMidstep: {
-      auto r = pool.ReserveMidstep(
-          seq, absl::MakeConstSpan(arenas.pairs.data() + c.off, c.len));
+      auto r = pool.ReserveMidstep(seq, c.pairs);
       return r.ok() ? static_cast<int64_t>(r->size()) : -1;
     }
-    case Op::kPublishMidstep: {
-      std::optional<Sequence> opt;
-      if (c.has_seq) opt = seq;
-      return fold(pool.PublishMidstep(
-          absl::MakeConstSpan(arenas.reservations.data() + c.off, c.len), opt));
-    }
+    case Op::kPublishMidstep:
+      return fold(pool.PublishMidstep(c.reservations, c.seq));
     case Op::kCancelMidstep:
-      return fold(pool.CancelMidstep(
-          absl::MakeConstSpan(arenas.reservations.data() + c.off, c.len)));
+      return fold(pool.CancelMidstep(c.reservations));
     case Op::kCheckpoint: {
       auto r = pool.Checkpoint(seq, c.a, c.b);
       return r.ok() ? r->state_slot : -1;
@@ -235,32 +190,27 @@ void TraceComparison() {
     if (lines[i].call.op == replay::Op::kDump) continue;
     calls.push_back(lines[i].call);
   }
-  Arenas arenas;
-  std::vector<BenchCall> compact;
-  compact.reserve(calls.size());
-  for (const replay::Call& call : calls)
-    compact.push_back(Compact(call, arenas));
   const int reps = absl::GetFlag(FLAGS_reps);
   std::vector<double> cpp_rate;
   int64_t refused = 0;
   for (int r = 0; r < reps; ++r) {
     SlotPool pool = *replay::MakePool(lines[0].config);
+    // Refusals are counted (a valid trace has none) outside the clock.
     int64_t checksum = 0;
     const auto start = Clock::now();
-    for (const BenchCall& call : compact)
-      checksum += RunCall(pool, call, arenas);
+    for (const replay::Call& call : calls) checksum += RunCall(pool, call);
     const double ns =
         std::chrono::duration<double, std::nano>(Clock::now() - start).count();
-    cpp_rate.push_back(calls.size() / (ns * 1e-9));
+    int64_t not_ok = 0;
     if (r == 0) {
-      // Untimed: the same calls through the replay tool's path, counting
-      // refusals (a valid trace has none).
       SlotPool check = *replay::MakePool(lines[0].config);
       for (const replay::Call& call : calls) {
-        refused += !replay::Invoke(check, call).status.ok();
+        not_ok += !replay::Invoke(check, call).status.ok();
       }
       std::printf("checksum %lld\n", static_cast<long long>(checksum));
     }
+    if (r == 0) refused = not_ok;
+    cpp_rate.push_back(calls.size() / (ns * 1e-9));
   }
   if (!absl::GetFlag(FLAGS_reference)) {
     std::printf("SlotPool (C++) %.0f calls/s\n", Median(cpp_rate));

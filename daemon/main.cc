@@ -203,10 +203,7 @@ absl::StatusOr<StateCacheOptions> OptionsFromFlags() {
             : LoadLayoutFile(layout_file);
     if (!layout.ok()) return layout.status();
     if (!layout_file.empty()) *layout = layout->WithArrangement(arrangement);
-    const uint64_t nanos =
-        static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
-    options.epoch = (nanos & ~uint64_t{0xffff}) |
-                    (static_cast<uint64_t>(::getpid()) & 0xffff);
+    options.epoch = NewEpoch(absl::Now());
     DeviceOptions device;
     device.backend = absl::GetFlag(FLAGS_device_backend);
     device.layout = *std::move(layout);

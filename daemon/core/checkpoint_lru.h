@@ -7,8 +7,6 @@
 // size; the records live in the caller's vector, passed to every call (so
 // the owner stays freely movable). The head is what a shortage spends first.
 //
-// CheckpointLru is the same list with storage of its own.
-//
 // Thread-compatible.
 #ifndef STATECACHE_DAEMON_CORE_CHECKPOINT_LRU_H_
 #define STATECACHE_DAEMON_CORE_CHECKPOINT_LRU_H_
@@ -103,48 +101,6 @@ class IntrusiveLru {
   int32_t head_ = kNilSlot;
   int32_t tail_ = kNilSlot;
   int64_t size_ = 0;
-};
-
-class CheckpointLru {
- public:
-  static constexpr int32_t kNil = kNilSlot;
-
-  // Makes room for slot indices [0, capacity). Never shrinks.
-  void Grow(int64_t capacity) {
-    if (capacity > static_cast<int64_t>(nodes_.size())) nodes_.resize(capacity);
-  }
-  int64_t size() const { return list_.size(); }
-  bool empty() const { return list_.empty(); }
-  bool Contains(int64_t slot) const { return nodes_[slot].linked; }
-  int64_t Front() const { return list_.Front(); }
-  int64_t Next(int64_t slot) const { return List::Next(nodes_, slot); }
-  void PushFront(int64_t slot) {
-    list_.PushFront(nodes_, slot);
-    nodes_[slot].linked = true;
-  }
-  void PushBack(int64_t slot) {
-    list_.PushBack(nodes_, slot);
-    nodes_[slot].linked = true;
-  }
-  void Remove(int64_t slot) {
-    list_.Remove(nodes_, slot);
-    nodes_[slot].linked = false;
-  }
-  void Replace(int64_t slot, int64_t replacement) {
-    list_.Replace(nodes_, slot, replacement);
-    nodes_[slot].linked = false;
-    nodes_[replacement].linked = true;
-  }
-  std::vector<int64_t> ToVector() const { return list_.ToVector(nodes_); }
-
- private:
-  struct Node {
-    LruLinks lru;
-    bool linked = false;
-  };
-  using List = IntrusiveLru<Node>;
-  std::vector<Node> nodes_;
-  List list_;
 };
 
 }  // namespace statecache

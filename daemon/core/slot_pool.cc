@@ -683,18 +683,14 @@ void SlotPool::ReleasePins() {
 absl::Status SlotPool::ReleasePin(int64_t slot, int64_t count) {
   RETURN_IF_ERROR(CheckSlot(slot, "release_pin"));
   const int64_t pins = slots_[slot].pins;
-  if (count < 0) {
+  if (count < 1) {
     return absl::InvalidArgumentError(
-        absl::StrCat("release_pin: count must be >= 0, got ", count));
+        absl::StrCat("release_pin: count must be >= 1, got ", count));
   }
   if (count > pins) {
     return absl::FailedPreconditionError(
         absl::StrCat("release_pin: cannot drop ", count, " pins of slot ", slot,
                      ", which has ", pins));
-  }
-  if (count == 0) {
-    if (pins > 0) Clear(slot, kDeferred);
-    return absl::OkStatus();
   }
   if (count < pins) {
     slots_[slot].pins -= static_cast<int32_t>(count);
@@ -703,6 +699,12 @@ absl::Status SlotPool::ReleasePin(int64_t slot, int64_t count) {
   slots_[slot].pins = 1;
   UnpinUnchecked(slot);
   ReleaseUnchecked(slot);
+  return absl::OkStatus();
+}
+
+absl::Status SlotPool::EndDeferral(int64_t slot) {
+  RETURN_IF_ERROR(CheckSlot(slot, "end_deferral"));
+  Clear(slot, kDeferred);
   return absl::OkStatus();
 }
 

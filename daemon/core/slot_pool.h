@@ -280,9 +280,13 @@ class SlotPool {
 
   // One caller's share of the pin clock, for a daemon that keeps a clock per
   // session: drops `count` of `slot`'s pins and frees it when none remain
-  // (as ReleasePins would); with count 0, only ends the slot's deferral.
-  // REQUIRES: slot in range; 0 <= count <= PinCount(slot).
+  // (as ReleasePins would).
+  // REQUIRES: slot in range; 1 <= count <= PinCount(slot).
   absl::Status ReleasePin(int64_t slot, int64_t count);
+  // Ends `slot`'s deferral (its next-batch reader has been built), as
+  // ReleasePins does for a deferred pin. No-op for a slot not deferred.
+  // REQUIRES: slot in range.
+  absl::Status EndDeferral(int64_t slot);
 
   // Checkpoints currently indexed (hash_to_slot's size).
   int64_t NumIndexed() const {

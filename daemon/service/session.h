@@ -81,7 +81,6 @@ struct Session {
     if (list.empty()) readers.erase(it);
   }
   std::vector<PendingMove> moves;
-  int64_t slots_held = 0;
 };
 
 // Who holds a live slot. `request` is null for a free or pinned-only slot.

@@ -29,15 +29,6 @@ std::string RandomToken() {
   return absl::StrFormat("%016x%016x", a, b);
 }
 
-uint64_t PickEpoch(Clock* clock) {
-  std::random_device rd;
-  // Nanoseconds since the Unix epoch in the high bits keep epochs ordered
-  // across restarts; random low bits keep two daemons started in the same
-  // nanosecond apart.
-  const uint64_t nanos = static_cast<uint64_t>(absl::ToUnixNanos(clock->Now()));
-  return (nanos & ~uint64_t{0xffff}) | (rd() & 0xffff);
-}
-
 const char* EndName(SessionEnd how) {
   switch (how) {
     case SessionEnd::kDetached:
@@ -77,6 +68,15 @@ void FillTransfer(const StateTransfer& t, v1::TransferConfig* out) {
 }
 
 }  // namespace
+
+uint64_t NewEpoch(absl::Time now) {
+  std::random_device rd;
+  // Nanoseconds since the Unix epoch in the high bits keep epochs ordered
+  // across restarts; random low bits keep two daemons started in the same
+  // instant apart.
+  const uint64_t nanos = static_cast<uint64_t>(absl::ToUnixNanos(now));
+  return (nanos & ~uint64_t{0xffff}) | (rd() & 0xffff);
+}
 
 Clock* Clock::Real() {
   static RealClock* clock = new RealClock;
@@ -128,7 +128,7 @@ StateCache::StateCache(StateCacheOptions options, SlotPool pool)
     : options_(std::move(options)),
       device_(options_.device.get()),
       clock_(options_.clock ? options_.clock : Clock::Real()),
-      epoch_(options_.epoch ? options_.epoch : PickEpoch(clock_)),
+      epoch_(options_.epoch ? options_.epoch : NewEpoch(clock_->Now())),
       start_time_(clock_->Now()),
       pool_(std::move(pool)) {
   owners_.resize(pool_.capacity());
@@ -486,7 +486,7 @@ absl::Status StateCache::BeginPass(Session& session,
     SessionPin& pin = it->second;
     if (pin.deferred) {
       pin.deferred = false;
-      (void)pool_.ReleasePin(slot, 0);
+      (void)pool_.EndDeferral(slot);
       ++it;
       continue;
     }
@@ -882,20 +882,24 @@ void StateCache::Resize(const v1::ResizeRequest& request, ResizeDone done) {
     } else if (resize_) {
       status = absl::AbortedError(absl::StrCat(
           "a resize to ", resize_->target, " slots is already in progress"));
-    } else if (target > from && device_ != nullptr &&
-               !(status = device_->Resize(target)).ok()) {
-      // The memory could not follow: the pool stays as it was.
-    } else if (target >= from) {
-      (void)pool_.Extend(target - from);
-      if (device_ != nullptr) {
-        for (StateCacheObserver* o : observers_) {
-          o->OnStateBytes(static_cast<int64_t>(device_->CommittedBytes()));
+    } else if (target == from) {
+      // Nothing to do.
+    } else if (target > from) {
+      // Grow: the memory first, so a pool slot never lacks its bytes; if the
+      // memory cannot follow, the pool stays as it was.
+      if (device_ != nullptr) status = device_->Resize(target);
+      if (status.ok()) {
+        (void)pool_.Extend(target - from);
+        if (static_cast<int64_t>(owners_.size()) < target) {
+          owners_.resize(target);
         }
-      }
-      if (static_cast<int64_t>(owners_.size()) < target) owners_.resize(target);
-      response.set_num_slots(pool_.num_slots());
-      if (target != from) {
-        for (StateCacheObserver* o : observers_) o->OnResize(from, target);
+        response.set_num_slots(pool_.num_slots());
+        for (StateCacheObserver* o : observers_) {
+          o->OnResize(from, target);
+          if (device_ != nullptr) {
+            o->OnStateBytes(static_cast<int64_t>(device_->CommittedBytes()));
+          }
+        }
       }
     } else {
       resize_ = std::make_unique<PendingResize>();
@@ -947,7 +951,6 @@ bool StateCache::AdvanceResize() {
     const SlotRetirement& ret = **retired;
     if (ret.relocated_to >= 0) {
       r.response.set_relocated(r.response.relocated() + 1);
-      (void)pool_.RecordRelocation(ret.retired, ret.relocated_to);
       if (device_ != nullptr) {
         if (touched.contains(ret.retired) ||
             touched.contains(ret.relocated_to)) {
@@ -968,8 +971,6 @@ bool StateCache::AdvanceResize() {
     }
   }
   flush();
-  // The copies above consumed the relocation log.
-  (void)pool_.TakeRelocations();
   if (device_ != nullptr && pool_.num_slots() != from) {
     // The tail's content has moved down: give its memory back.
     if (absl::Status st = device_->Resize(pool_.num_slots()); !st.ok()) {

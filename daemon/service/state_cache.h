@@ -44,6 +44,9 @@ class Clock {
   static Clock* Real();
 };
 
+// A fresh daemon epoch: ordered by start time, distinct between daemons.
+uint64_t NewEpoch(absl::Time now);
+
 struct StateCacheOptions {
   // The identity every Attach must match.
   v1::Identity identity;
@@ -53,8 +56,7 @@ struct StateCacheOptions {
   StateTransfer transfer = StateTransfer::None();
   absl::Duration lease_ttl = absl::Seconds(10);
   int32_t max_operations_per_step = 4096;
-  // Changes on every daemon start; 0 = pick one from the clock and
-  // /dev/urandom.
+  // Changes on every daemon start; 0 = NewEpoch(clock->Now()).
   uint64_t epoch = 0;
   Clock* clock = nullptr;  // nullptr = Clock::Real()
   // The state memory and its copy engine; null = slot decisions only (no

@@ -618,11 +618,16 @@ TEST(StateCacheTest, OneSessionMatchesTheReferenceCallSequence) {
       bool pinned = false;
       if (src >= 0) {
         pinned = *mirror.IsPinned(src);
-        if (!pinned && !*mirror.IsFree(src)) src = -1, L = 0;
+        if (!pinned && !*mirror.IsFree(src)) {
+          src = -1;
+          L = 0;
+        }
       }
       if (src >= 0) {
         ASSERT_TRUE(mirror.Promote(src).ok());
-        if (!pinned) ASSERT_TRUE(mirror.Claim(src).ok());
+        if (!pinned) {
+          ASSERT_TRUE(mirror.Claim(src).ok());
+        }
         if (*mirror.HasFree(1)) {
           m.slots = *mirror.PopMany(1);
           ASSERT_TRUE(mirror.Pin(src, false).ok());

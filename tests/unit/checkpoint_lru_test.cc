@@ -1,4 +1,5 @@
-// CheckpointLru: intrusive doubly linked list over slot indices.
+// IntrusiveLru: the checkpoint LRU, an intrusive doubly linked list over slot
+// indices, tested through a small owner of its node storage.
 #include "daemon/core/checkpoint_lru.h"
 
 #include <algorithm>
@@ -12,6 +13,50 @@
 
 namespace statecache {
 namespace {
+
+// The list with storage of its own and a membership flag per slot, as
+// SlotPool keeps them in its per-slot records.
+class CheckpointLru {
+ public:
+  static constexpr int32_t kNil = kNilSlot;
+
+  // Makes room for slot indices [0, capacity). Never shrinks.
+  void Grow(int64_t capacity) {
+    if (capacity > static_cast<int64_t>(nodes_.size())) nodes_.resize(capacity);
+  }
+  int64_t size() const { return list_.size(); }
+  bool empty() const { return list_.empty(); }
+  bool Contains(int64_t slot) const { return nodes_[slot].linked; }
+  int64_t Front() const { return list_.Front(); }
+  int64_t Next(int64_t slot) const { return List::Next(nodes_, slot); }
+  void PushFront(int64_t slot) {
+    list_.PushFront(nodes_, slot);
+    nodes_[slot].linked = true;
+  }
+  void PushBack(int64_t slot) {
+    list_.PushBack(nodes_, slot);
+    nodes_[slot].linked = true;
+  }
+  void Remove(int64_t slot) {
+    list_.Remove(nodes_, slot);
+    nodes_[slot].linked = false;
+  }
+  void Replace(int64_t slot, int64_t replacement) {
+    list_.Replace(nodes_, slot, replacement);
+    nodes_[slot].linked = false;
+    nodes_[replacement].linked = true;
+  }
+  std::vector<int64_t> ToVector() const { return list_.ToVector(nodes_); }
+
+ private:
+  struct Node {
+    LruLinks lru;
+    bool linked = false;
+  };
+  using List = IntrusiveLru<Node>;
+  std::vector<Node> nodes_;
+  List list_;
+};
 
 using V = std::vector<int64_t>;
 

@@ -449,6 +449,16 @@ std::vector<Case> Cases() {
                    [](SlotPool& p) { return p.ReleasePin(7, 1); },
                    {kPrecondition, kInvalid},
                    {"pin", "free"}});
+  cases.push_back({"ReleasePin(pinned 1, 0)",
+                   [](SlotPool& p) { return p.ReleasePin(1, 0); },
+                   {kInvalid},
+                   {"count", "0"}});
+  for (int64_t slot : bad_slots) {
+    cases.push_back({"EndDeferral(" + std::to_string(slot) + ")",
+                     [slot](SlotPool& p) { return p.EndDeferral(slot); },
+                     {kInvalid},
+                     range_needles(slot)});
+  }
 
   // ---- checkpoint ----
   cases.push_back({"Checkpoint(free vacant committed slot 7)",

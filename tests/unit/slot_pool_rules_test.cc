@@ -279,9 +279,9 @@ TEST(SlotPoolRules, UnpinDropsOneReferenceWithoutFreeing) {
   EXPECT_INVARIANTS(pool);
 }
 
-// ReleasePin (the daemon's per-session share of the pin clock; no reference
-// counterpart): drops `count` pins, frees at zero as ReleasePins would, and
-// with count 0 only ends the deferral.
+// ReleasePin and EndDeferral (the daemon's per-session share of the pin
+// clock; no reference counterpart): ReleasePin drops `count` pins and frees
+// at zero as ReleasePins would; EndDeferral only ends the deferral.
 TEST(SlotPoolRules, ReleasePinDropsCountAndFreesAtZero) {
   SlotPool pool = MakePool(4, Fork());
   EXPECT_EQ(Must(pool.Pop()), 0);
@@ -290,7 +290,7 @@ TEST(SlotPoolRules, ReleasePinDropsCountAndFreesAtZero) {
   Must(pool.Pin(0, false));
   EXPECT_EQ(pool.Dump().pinned, (PV{{0, 2}}));
   EXPECT_EQ(pool.Dump().deferred, (V{0}));
-  Must(pool.ReleasePin(0, 0));
+  Must(pool.EndDeferral(0));
   EXPECT_EQ(pool.Dump().pinned, (PV{{0, 2}}));
   EXPECT_EQ(pool.Dump().deferred, (V{}));
   Must(pool.ReleasePin(0, 1));
@@ -304,17 +304,17 @@ TEST(SlotPoolRules, ReleasePinDropsCountAndFreesAtZero) {
   EXPECT_INVARIANTS(pool);
 }
 
-TEST(SlotPoolRules, ReleasePinWithCountZeroLetsTheNextPassFreeIt) {
+TEST(SlotPoolRules, EndDeferralLetsTheNextPassFreeIt) {
   SlotPool pool = MakePool(4, Fork());
   EXPECT_EQ(Must(pool.Pop()), 0);
   Must(pool.Checkpoint(Seq(0, 900, 0, 832), 13, 1001));
-  Must(pool.ReleasePin(0, 0));
+  Must(pool.EndDeferral(0));
   pool.ReleasePins();  // one pass instead of two
   EXPECT_EQ(pool.Dump().pinned, (PV{}));
   EXPECT_EQ(pool.Dump().checkpointed, (V{0}));
-  // Count 0 on an unpinned slot is a no-op.
+  // On an unpinned slot it is a no-op.
   const PoolSnapshot before = pool.Dump();
-  Must(pool.ReleasePin(2, 0));
+  Must(pool.EndDeferral(2));
   EXPECT_EQ(pool.Dump(), before);
   EXPECT_INVARIANTS(pool);
 }
