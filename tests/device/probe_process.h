@@ -1,5 +1,7 @@
 // ProbeProcess: runs tests/device/region_probe in a child process (fork +
-// exec) and talks to it one line at a time over pipes.
+// exec) and talks to it one line at a time over pipes. The probe is found
+// at the path the build baked in or, when that is gone (binaries moved by
+// tests/gpu/bundle.sh to a GPU machine), beside the running test binary.
 #ifndef STATECACHE_TESTS_DEVICE_PROBE_PROCESS_H_
 #define STATECACHE_TESTS_DEVICE_PROBE_PROCESS_H_
 
@@ -15,7 +17,8 @@ namespace statecache::testing {
 
 class ProbeProcess {
  public:
-  explicit ProbeProcess(const std::string& path) {
+  explicit ProbeProcess(const std::string& built_path) {
+    const std::string path = Locate(built_path);
     int to_child[2], from_child[2];
     if (pipe2(to_child, O_CLOEXEC) != 0 || pipe2(from_child, O_CLOEXEC) != 0) {
       return;
@@ -56,6 +59,16 @@ class ProbeProcess {
   }
 
  private:
+  static std::string Locate(const std::string& built_path) {
+    if (access(built_path.c_str(), X_OK) == 0) return built_path;
+    char self[4096];
+    const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n <= 0) return built_path;
+    std::string sibling(self, static_cast<size_t>(n));
+    sibling.resize(sibling.rfind('/') + 1);
+    return sibling + built_path.substr(built_path.rfind('/') + 1);
+  }
+
   pid_t pid_ = -1;
   FILE* in_ = nullptr;
   FILE* out_ = nullptr;

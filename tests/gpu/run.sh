@@ -3,21 +3,36 @@
 # for AMD, CUDA for NVIDIA), runs the GPU tests (which must pass, not skip)
 # and the copy benchmark. Budget: under 8 minutes (typically 2-3).
 #
-#   tests/gpu/run.sh [BUILD_DIR]        default: build-gpu
+#   tests/gpu/run.sh [BUILD_DIR]          build here and run (default build-gpu)
+#   tests/gpu/run.sh --build-only [DIR]   build only (a machine with the
+#                                         toolchain but no GPU)
+#   tests/gpu/run.sh --prebuilt DIR       run DIR/bin's binaries with
+#                                         DIR/lib on the library path (made
+#                                         by tests/gpu/bundle.sh)
 #
-# Environment: JOBS (default nproc), HIP_ARCH (default: the device's, else
-# gfx90a), CUDA_ARCH (default: the device's compute capability, else 90),
-# BENCH_ARGS (extra copy_bench flags).
+# Environment: GPU_FLAVOUR (hip or cuda; skips detection, as --build-only
+# on a machine without the device needs), JOBS (default nproc), HIP_ARCH
+# (default: the device's, else gfx90a), CUDA_ARCH (default: the device's
+# compute capability, else 90), BENCH_ARGS (extra copy_bench flags).
 # Configures with STATECACHE_CORE_ONLY=ON: the GPU parts need neither gRPC
 # nor protobuf, so a bare GPU machine with the core's packages builds them.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+mode=build-and-run
+case "${1:-}" in
+  --build-only) mode=build-only; shift ;;
+  --prebuilt) mode=prebuilt; shift ;;
+esac
 BUILD=${1:-build-gpu}
 JOBS=${JOBS:-$(nproc)}
 export PATH="$PATH:/usr/local/cuda/bin:/opt/rocm/bin"
 
-flavour=""
-if [ -e /dev/kfd ] && command -v hipcc >/dev/null 2>&1; then
+flavour=${GPU_FLAVOUR:-}
+if [ -n "$flavour" ]; then
+  :
+elif [ "$mode" = prebuilt ]; then
+  for f in "$BUILD"/bin/statecache_gpu_tests_*; do flavour=${f##*_}; done
+elif [ -e /dev/kfd ] && command -v hipcc >/dev/null 2>&1; then
   flavour=hip
 elif { [ -e /dev/nvidiactl ] || command -v nvidia-smi >/dev/null 2>&1; } &&
   command -v nvcc >/dev/null 2>&1; then
@@ -43,11 +58,17 @@ else
     -DCMAKE_CUDA_COMPILER="$(command -v nvcc)" -DSTATECACHE_CUDA_ARCH=${cap:-90})
 fi
 
-echo "== configure ($flavour): ${args[*]}"
-cmake -S . -B "$BUILD" -G Ninja "${args[@]}" >/dev/null
-echo "== build"
-cmake --build "$BUILD" -j "$JOBS" --target "statecache_gpu_tests_$flavour" \
-  copy_bench statecache_device_tests statecache_region_probe
+if [ "$mode" = prebuilt ]; then
+  export LD_LIBRARY_PATH="$(cd "$BUILD/lib" && pwd)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  echo "== prebuilt ($flavour) from $BUILD"
+else
+  echo "== configure ($flavour): ${args[*]}"
+  cmake -S . -B "$BUILD" -G Ninja "${args[@]}" >/dev/null
+  echo "== build"
+  cmake --build "$BUILD" -j "$JOBS" --target "statecache_gpu_tests_$flavour" \
+    copy_bench statecache_device_tests statecache_region_probe
+  [ "$mode" = build-only ] && exit 0
+fi
 
 set +e  # from here on, run everything and report the worst status
 echo "== GPU tests ($flavour)"
