@@ -145,7 +145,7 @@ absl::StatusOr<int64_t> SlotPool::Pop() {
   return PopUnchecked();
 }
 
-absl::StatusOr<std::vector<int64_t>> SlotPool::PopMany(int64_t count) {
+absl::Status SlotPool::PopMany(int64_t count, absl::Span<int64_t> out) {
   if (count < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("pop_many: count must be >= 0, got ", count));
@@ -154,10 +154,12 @@ absl::StatusOr<std::vector<int64_t>> SlotPool::PopMany(int64_t count) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "pop_many: ", count, " slots asked for, only ", num_free_, " free"));
   }
-  std::vector<int64_t> out;
-  out.reserve(count);
-  for (int64_t i = 0; i < count; ++i) out.push_back(PopUnchecked());
-  return out;
+  if (static_cast<int64_t>(out.size()) != count) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pop_many: room for ", out.size(), " slots, not ", count));
+  }
+  for (int64_t& slot : out) slot = PopUnchecked();
+  return absl::OkStatus();
 }
 
 int64_t SlotPool::PopUnchecked() {
@@ -430,15 +432,20 @@ absl::StatusOr<int64_t> SlotPool::Lookup(int64_t hash) const {
 
 // ---------------------------------------------------------------- midstep
 
-absl::StatusOr<std::vector<Reservation>> SlotPool::ReserveMidstep(
+absl::StatusOr<int64_t> SlotPool::ReserveMidstep(
     const Sequence& seq,
-    absl::Span<const std::pair<int64_t, int64_t>> positions) {
+    absl::Span<const std::pair<int64_t, int64_t>> positions,
+    absl::Span<Reservation> out) {
   for (const auto& [pos, hash] : positions) {
     RETURN_IF_ERROR(CheckHash(hash, "reserve_midstep: hash"));
   }
-  std::vector<Reservation> out;
-  if (!Applies(seq) || !transfer_.readable_midstep()) return out;
-  out.reserve(positions.size());
+  if (out.size() < positions.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("reserve_midstep: room for ", out.size(),
+                     " reservations, not ", positions.size()));
+  }
+  if (!Applies(seq) || !transfer_.readable_midstep()) return 0;
+  int64_t reserved = 0;
   for (const auto& [pos, hash] : positions) {
     if (num_free_ < 1) {
       ++fates_.dropped;
@@ -447,9 +454,9 @@ absl::StatusOr<std::vector<Reservation>> SlotPool::ReserveMidstep(
     const int64_t slot = PopUnchecked();
     Set(slot, kReserved);
     reservation_[slot] = {pos, hash};
-    out.push_back(Reservation{slot, pos, hash});
+    out[reserved++] = Reservation{slot, pos, hash};
   }
-  return out;
+  return reserved;
 }
 
 std::optional<int64_t> SlotPool::AnchorOf(const Sequence* seq) {

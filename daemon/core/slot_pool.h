@@ -56,6 +56,7 @@
 #include "daemon/core/sequence.h"
 #include "daemon/core/slot_retirement.h"
 #include "daemon/core/state_transfer.h"
+#include "daemon/core/status_macros.h"
 #include "daemon/core/vacant_set.h"
 
 namespace statecache {
@@ -158,7 +159,17 @@ class SlotPool {
   absl::StatusOr<int64_t> Pop();
   // `count` pops, in allocation order (element 0 is the committed slot).
   // REQUIRES: 0 <= count <= NumFree().
-  absl::StatusOr<std::vector<int64_t>> PopMany(int64_t count);
+  absl::StatusOr<std::vector<int64_t>> PopMany(int64_t count) {
+    std::vector<int64_t> out;
+    // Sized only for a count that passes the checks (a huge one must not
+    // allocate before being refused).
+    if (count >= 0 && count <= num_free_) out.resize(count);
+    RETURN_IF_ERROR(PopMany(count, absl::MakeSpan(out)));
+    return out;
+  }
+  // As above, into the caller's storage (no allocation on the hot path).
+  // REQUIRES: as above, and out.size() == count.
+  absl::Status PopMany(int64_t count, absl::Span<int64_t> out);
   // Takes one specific free slot off the list, checkpoint hash and all.
   // REQUIRES: slot in range and free.
   absl::Status Claim(int64_t slot);
@@ -213,7 +224,20 @@ class SlotPool {
   // REQUIRES: every hash in [0, 2^63).
   absl::StatusOr<std::vector<Reservation>> ReserveMidstep(
       const Sequence& seq,
-      absl::Span<const std::pair<int64_t, int64_t>> positions);
+      absl::Span<const std::pair<int64_t, int64_t>> positions) {
+    std::vector<Reservation> out(positions.size());
+    ASSIGN_OR_RETURN(const int64_t reserved,
+                     ReserveMidstep(seq, positions, absl::MakeSpan(out)));
+    out.resize(reserved);
+    return out;
+  }
+  // As above, into the caller's storage; returns how many of `out`'s first
+  // entries it filled.
+  // REQUIRES: as above, and out.size() >= positions.size().
+  absl::StatusOr<int64_t> ReserveMidstep(
+      const Sequence& seq,
+      absl::Span<const std::pair<int64_t, int64_t>> positions,
+      absl::Span<Reservation> out);
   // Files each reservation under its hash and frees it as a checkpoint.
   // With `seq`, positions other than its anchor are marked speculative
   // (all of them when it has no anchor); with nullopt none are.

@@ -575,10 +575,10 @@ absl::Status StateCache::Admit(Session& session, const v1::Admit& op,
       // The forward will overwrite it, so it stops being a checkpoint (as
       // ATOM's BlockManager does).
       (void)pool_.Invalidate(src);
-      const std::vector<int64_t> rollback = *pool_.PopMany(op.width() - 1);
-      request->slots.push_back(src);
-      request->slots.insert(request->slots.end(), rollback.begin(),
-                            rollback.end());
+      request->slots.resize(op.width());
+      request->slots[0] = src;
+      (void)pool_.PopMany(op.width() - 1,
+                          absl::MakeSpan(request->slots).subspan(1));
       outcome = ResumeOutcome::kAdopt;
     }
   } else {

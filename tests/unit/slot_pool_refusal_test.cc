@@ -163,6 +163,20 @@ std::vector<Case> Cases() {
                    [](SlotPool& p) { return St(p.PopMany(kMax64)); },
                    {kExhausted},
                    {"free", std::to_string(kMax64)}});
+  cases.push_back({"PopMany(2) into room for 1",
+                   [](SlotPool& p) {
+                     int64_t room[1];
+                     return p.PopMany(2, absl::MakeSpan(room));
+                   },
+                   {kInvalid},
+                   {"room", "1", "2"}});
+  cases.push_back({"PopMany(max) into room for 1",
+                   [](SlotPool& p) {
+                     int64_t room[1];
+                     return p.PopMany(kMax64, absl::MakeSpan(room));
+                   },
+                   {kExhausted},
+                   {"free", std::to_string(kMax64)}});
   auto drain = [](SlotPool& p) { Must(p.PopMany(p.NumFree())); };
   cases.push_back({"Pop with nothing free",
                    [](SlotPool& p) { return St(p.Pop()); },
@@ -374,6 +388,15 @@ std::vector<Case> Cases() {
                    },
                    {kInvalid},
                    {"hash", "-3"}});
+  cases.push_back(
+      {"ReserveMidstep(2 positions) into room for 1",
+       [reader](SlotPool& p) {
+         Reservation room[1];
+         const std::pair<int64_t, int64_t> positions[] = {{64, 11}, {128, 12}};
+         return St(p.ReserveMidstep(reader, positions, absl::MakeSpan(room)));
+       },
+       {kInvalid},
+       {"room", "1", "2"}});
 
   // ---- publish / cancel ----
   using ResCall =

@@ -65,6 +65,31 @@ TEST(SlotPoolRules, PopTakesLowestVacantFirst) {
   EXPECT_INVARIANTS(pool);
 }
 
+// The caller-storage forms decide exactly what the vector forms do.
+TEST(SlotPoolRules, SpanFormsMatchTheVectorForms) {
+  SlotPool a = MakePool(6, Fork(1, true));
+  SlotPool b = MakePool(6, Fork(1, true));
+  for (SlotPool* pool : {&a, &b}) {
+    PublishPlain(*pool, {{64, 7}, {128, 8}});  // slots 0, 1 checkpointed
+  }
+  int64_t room[5] = {-9, -9, -9, -9, -9};
+  Must(a.PopMany(5, absl::MakeSpan(room)));
+  EXPECT_EQ(V(room, room + 5), Must(b.PopMany(5)));
+  Must(a.ReleaseMany(V(room, room + 5)));
+  Must(b.ReleaseMany(V(room, room + 5)));
+  const std::vector<std::pair<int64_t, int64_t>> positions = {
+      {64, 21},  {128, 22}, {192, 23}, {256, 24},
+      {320, 25}, {384, 26}, {448, 27}};
+  std::vector<Reservation> reserved(positions.size() + 1);
+  const int64_t n =
+      Must(a.ReserveMidstep(AnySeq(), positions, absl::MakeSpan(reserved)));
+  reserved.resize(n);
+  EXPECT_EQ(n, 6);  // one short: counted as a drop
+  EXPECT_EQ(reserved, Must(b.ReserveMidstep(AnySeq(), positions)));
+  EXPECT_EQ(a.Dump(), b.Dump());
+  EXPECT_INVARIANTS(a);
+}
+
 TEST(SlotPoolRules, VacantIsSpentBeforeAnyCheckpoint) {
   SlotPool pool = MakePool(4, Fork());
   EXPECT_EQ(Must(pool.Pop()), 0);
