@@ -351,7 +351,11 @@ double Throughput(const std::string& address, int sessions, double seconds) {
 
 // The same passes through StateCache::Step in this process: what the core
 // costs, without gRPC, protobuf parsing or the socket.
-Latency InProcessStepLatency(int ops, int n) {
+// With `wire`, each pass also makes the trip protobuf makes between the
+// processes: the request serialised and parsed (onto the call's arena), the
+// response serialised and parsed back; what is left between this and a
+// unary Step is gRPC and the socket.
+Latency InProcessStepLatency(int ops, int n, bool wire = false) {
   StateCacheOptions options;
   options.identity.set_model_id("bench");
   options.identity.set_hash_block_size(kBlock);
@@ -372,12 +376,24 @@ Latency InProcessStepLatency(int ops, int n) {
   us.reserve(n);
   for (int i = 0; i < n; ++i) {
     const v1::StepRequest req = sched.NextPass();
-    // The response on a per-call arena, as the daemon's ArenaMessageAllocator
-    // gives it.
+    // Request and response on a per-call arena, as the daemon's
+    // ArenaMessageAllocator gives them.
     google::protobuf::Arena arena;
-    auto* resp = google::protobuf::Arena::CreateMessage<v1::StepResponse>(&arena);
+    auto* server_req =
+        google::protobuf::Arena::CreateMessage<v1::StepRequest>(&arena);
+    auto* resp =
+        google::protobuf::Arena::CreateMessage<v1::StepResponse>(&arena);
+    v1::StepResponse client_resp;
     const auto t0 = Clock::now();
-    (void)cache->Step(req, resp);
+    if (wire) {
+      if (!server_req->ParseFromString(req.SerializeAsString())) std::exit(1);
+      (void)cache->Step(*server_req, resp);
+      if (!client_resp.ParseFromString(resp->SerializeAsString())) {
+        std::exit(1);
+      }
+    } else {
+      (void)cache->Step(req, resp);
+    }
     us.push_back(
         std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
     CheckStep(*resp);
@@ -398,9 +414,13 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   if (absl::GetFlag(FLAGS_in_process_only)) {
     for (int ops : {64, 256}) {
-      Latency l = InProcessStepLatency(ops, absl::GetFlag(FLAGS_iterations));
-      std::printf("in-process, %d ops: p50 %.1f us, p99 %.1f us\n", ops,
-                  l.p50_us, l.p99_us);
+      for (bool wire : {false, true}) {
+        Latency l =
+            InProcessStepLatency(ops, absl::GetFlag(FLAGS_iterations), wire);
+        std::printf("in-process%s, %d ops: p50 %.1f us, p99 %.1f us\n",
+                    wire ? " + protobuf both ways" : "", ops, l.p50_us,
+                    l.p99_us);
+      }
     }
     return 0;
   }
@@ -425,6 +445,8 @@ int main(int argc, char** argv) {
       {"StepStream, 64 ops", [&] { return StreamStepLatency(*stub, 64, n); }},
       {"StepStream, 256 ops", [&] { return StreamStepLatency(*stub, 256, n); }},
       {"in-process, 256 ops", [&] { return InProcessStepLatency(256, n); }},
+      {"  + protobuf both ways",
+       [&] { return InProcessStepLatency(256, n, /*wire=*/true); }},
   };
   std::printf("round trips over %s, %d per run, median of %d runs\n",
               daemon.address().c_str(), n, reps);
