@@ -33,6 +33,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/service/state_cache.h"
 #include "proto/statecache/v1/statecache.grpc.pb.h"
@@ -42,6 +43,10 @@ ABSL_FLAG(std::string, statecached, STATECACHED_PATH_DEFAULT,
 ABSL_FLAG(int, iterations, 3000, "round trips per latency measurement");
 ABSL_FLAG(int, reps, 3, "repetitions (median reported)");
 ABSL_FLAG(double, seconds, 2.0, "duration of each throughput run");
+ABSL_FLAG(std::string, rows, "",
+          "only the latency rows whose name contains this (Ping always runs: "
+          "it is the baseline); empty: all");
+ABSL_FLAG(bool, throughput, true, "also measure steps/s by session count");
 ABSL_FLAG(bool, in_process_only, false,
           "time only StateCache::Step in-process (for profiling the core)");
 
@@ -453,7 +458,9 @@ int main(int argc, char** argv) {
   std::printf("  %-22s %10s %10s %12s %12s\n", "call", "p50 us", "p99 us",
               "p50/Ping", "p99/Ping");
   double ping50 = 0, ping99 = 0;
+  const std::string only = absl::GetFlag(FLAGS_rows);
   for (const Row& row : rows) {
+    if (ping50 != 0 && !absl::StrContains(row.name, only)) continue;
     std::vector<double> p50, p99;
     for (int r = 0; r < reps; ++r) {
       Latency l = row.run();
@@ -470,6 +477,7 @@ int main(int argc, char** argv) {
                 static_cast<long long>(g_refused.load()),
                 g_first_refusal.c_str());
   }
+  if (!absl::GetFlag(FLAGS_throughput)) return 0;
   std::printf(
       "\nthroughput: 64-op steps over StepStream, one session per thread\n");
   for (int sessions : {1, 4, 16}) {
