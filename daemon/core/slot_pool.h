@@ -388,6 +388,10 @@ class SlotPool {
   bool SeenBefore(int64_t slot) const;
   void NewScratchGeneration() const;
 
+  // Below this many slots the records and the index stay in cache, and
+  // prefetching them only costs the address computation (hashing the key).
+  static constexpr int64_t kPrefetchMinSlots = int64_t{1} << 15;
+  bool prefetch_ = false;
   bool enabled_;
   int64_t num_slots_;
   StateTransfer transfer_;
