@@ -45,21 +45,22 @@ if [ -z "$flavour" ]; then
 fi
 
 args=(-DCMAKE_BUILD_TYPE=Release -DSTATECACHE_CORE_ONLY=ON
-  -DSTATECACHE_DEVICE_GPU=$flavour)
+  "-DSTATECACHE_DEVICE_GPU=$flavour")
 if [ "$flavour" = hip ]; then
   arch=${HIP_ARCH:-$(rocm_agent_enumerator 2>/dev/null | grep -v gfx000 |
     head -1 || true)}
   args+=(-DSTATECACHE_WITH_HIP=ON -DSTATECACHE_WITH_CUDA=OFF
-    -DSTATECACHE_HIP_ARCH=${arch:-gfx90a})
+    "-DSTATECACHE_HIP_ARCH=${arch:-gfx90a}")
 else
   cap=${CUDA_ARCH:-$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader \
     2>/dev/null | head -1 | tr -d ' .' || true)}
   args+=(-DSTATECACHE_WITH_HIP=OFF -DSTATECACHE_WITH_CUDA=ON
-    -DCMAKE_CUDA_COMPILER="$(command -v nvcc)" -DSTATECACHE_CUDA_ARCH=${cap:-90})
+    -DCMAKE_CUDA_COMPILER="$(command -v nvcc)" "-DSTATECACHE_CUDA_ARCH=${cap:-90}")
 fi
 
 if [ "$mode" = prebuilt ]; then
-  export LD_LIBRARY_PATH="$(cd "$BUILD/lib" && pwd)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  lib_dir=$(cd "$BUILD/lib" && pwd)
+  export LD_LIBRARY_PATH="$lib_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   echo "== prebuilt ($flavour) from $BUILD"
 else
   echo "== configure ($flavour): ${args[*]}"
@@ -88,5 +89,7 @@ echo "== host device tests"
 timeout 120 "$BUILD/bin/statecache_device_tests" --gtest_brief=1 || status=1
 
 echo "== copy_bench"
+# BENCH_ARGS is a list of flags: split on purpose.
+# shellcheck disable=SC2086
 timeout 240 "$BUILD/bin/copy_bench" --reps 5 ${BENCH_ARGS:-} || status=1
-exit $status
+exit "$status"
