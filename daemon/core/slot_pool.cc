@@ -153,6 +153,15 @@ absl::StatusOr<int64_t> SlotPool::Pop() {
   return PopUnchecked();
 }
 
+absl::StatusOr<std::vector<int64_t>> SlotPool::PopMany(int64_t count) {
+  std::vector<int64_t> out;
+  // Sized only for a count that passes the checks (a huge one must not
+  // allocate before being refused).
+  if (count >= 0 && count <= num_free_) out.resize(count);
+  RETURN_IF_ERROR(PopMany(count, absl::MakeSpan(out)));
+  return out;
+}
+
 absl::Status SlotPool::PopMany(int64_t count, absl::Span<int64_t> out) {
   if (count < 0) {
     return absl::InvalidArgumentError(
@@ -439,6 +448,16 @@ absl::StatusOr<int64_t> SlotPool::Lookup(int64_t hash) const {
 }
 
 // ---------------------------------------------------------------- midstep
+
+absl::StatusOr<std::vector<Reservation>> SlotPool::ReserveMidstep(
+    const Sequence& seq,
+    absl::Span<const std::pair<int64_t, int64_t>> positions) {
+  std::vector<Reservation> out(positions.size());
+  ASSIGN_OR_RETURN(const int64_t reserved,
+                   ReserveMidstep(seq, positions, absl::MakeSpan(out)));
+  out.resize(reserved);
+  return out;
+}
 
 absl::StatusOr<int64_t> SlotPool::ReserveMidstep(
     const Sequence& seq,

@@ -56,7 +56,6 @@
 #include "daemon/core/sequence.h"
 #include "daemon/core/slot_retirement.h"
 #include "daemon/core/state_transfer.h"
-#include "daemon/core/status_macros.h"
 #include "daemon/core/vacant_set.h"
 
 namespace statecache {
@@ -159,14 +158,7 @@ class SlotPool {
   absl::StatusOr<int64_t> Pop();
   // `count` pops, in allocation order (element 0 is the committed slot).
   // REQUIRES: 0 <= count <= NumFree().
-  absl::StatusOr<std::vector<int64_t>> PopMany(int64_t count) {
-    std::vector<int64_t> out;
-    // Sized only for a count that passes the checks (a huge one must not
-    // allocate before being refused).
-    if (count >= 0 && count <= num_free_) out.resize(count);
-    RETURN_IF_ERROR(PopMany(count, absl::MakeSpan(out)));
-    return out;
-  }
+  absl::StatusOr<std::vector<int64_t>> PopMany(int64_t count);
   // As above, into the caller's storage (no allocation on the hot path).
   // REQUIRES: as above, and out.size() == count.
   absl::Status PopMany(int64_t count, absl::Span<int64_t> out);
@@ -224,13 +216,7 @@ class SlotPool {
   // REQUIRES: every hash in [0, 2^63).
   absl::StatusOr<std::vector<Reservation>> ReserveMidstep(
       const Sequence& seq,
-      absl::Span<const std::pair<int64_t, int64_t>> positions) {
-    std::vector<Reservation> out(positions.size());
-    ASSIGN_OR_RETURN(const int64_t reserved,
-                     ReserveMidstep(seq, positions, absl::MakeSpan(out)));
-    out.resize(reserved);
-    return out;
-  }
+      absl::Span<const std::pair<int64_t, int64_t>> positions);
   // As above, into the caller's storage; returns how many of `out`'s first
   // entries it filled.
   // REQUIRES: as above, and out.size() >= positions.size().
