@@ -1155,6 +1155,7 @@ absl::Status StateCache::CheckInvariants() const {
   RETURN_IF_ERROR(pool_.CheckInvariants());
   // Every session pin is a pool pin, and the pool holds no pin nobody owns.
   absl::flat_hash_map<int64_t, int64_t> pins;
+  int64_t owned = 0;  // slots and reservations requests hold
   for (const auto& [id, session] : sessions_) {
     for (const auto& [slot, pin] : session->pins) {
       if (pin.count <= 0) {
@@ -1192,8 +1193,27 @@ absl::Status StateCache::CheckInvariants() const {
           return absl::InternalError(
               absl::StrCat("owner table disagrees for slot ", slot));
         }
+        ++owned;
+      }
+      for (const Reservation& r : request->reservations) {
+        if (r.slot < 0 || r.slot >= static_cast<int64_t>(owners_.size()) ||
+            owners_[r.slot].request != request.get() ||
+            owners_[r.slot].index != -1) {
+          return absl::InternalError(
+              absl::StrCat("owner table disagrees for reserved slot ", r.slot));
+        }
+        ++owned;
       }
     }
+  }
+  // ...and it names nobody else: a stale entry would re-point the wrong
+  // request when a shrink relocates that slot.
+  int64_t owner_entries = 0;
+  for (const SlotOwner& owner : owners_)
+    owner_entries += owner.request != nullptr;
+  if (owner_entries != owned) {
+    return absl::InternalError(absl::StrCat("owner table names ", owner_entries,
+                                            " slots, requests hold ", owned));
   }
   const PoolSnapshot snap = pool_.Dump();
   if (static_cast<int64_t>(snap.pinned.size()) !=
