@@ -24,7 +24,7 @@ namespace {
 
 constexpr int64_t kBlock = 64;
 constexpr int64_t kSlots = 12;
-constexpr int64_t kMaxSlots = 24;
+constexpr int64_t kResizeLimit = 24;
 constexpr int kMaxOps = 8;
 
 v1::Identity Identity() {
@@ -174,7 +174,7 @@ TEST(StateCacheChaosTest, RandomRunKeepsInvariantsAndRefusalsChangeNothing) {
       "chaos", {{"conv", {3, 8}, DType::kBF16}, {"ssm", {2, 4}, DType::kF32}},
       2);
   device_options.num_slots = kSlots;
-  device_options.max_slots = kMaxSlots;
+  device_options.max_slots = kResizeLimit;
   device_options.epoch = NewEpoch(absl::Now());
   device_options.prefix = "statecache_chaos_test";
   absl::StatusOr<std::unique_ptr<HostDevice>> device =
@@ -184,7 +184,7 @@ TEST(StateCacheChaosTest, RandomRunKeepsInvariantsAndRefusalsChangeNothing) {
   StateCacheOptions options;
   options.identity = Identity();
   options.num_slots = kSlots;
-  options.max_slots = kMaxSlots;
+  options.max_slots = kResizeLimit;
   options.transfer = *StateTransfer::Create(TransferKind::kFork, 1, true);
   options.lease_ttl = absl::Seconds(10);
   options.max_operations_per_step = kMaxOps;
