@@ -589,8 +589,8 @@ TEST_F(BadInputTest, GarbageOnTheSocketDoesNotHurtTheDaemon) {
 
 TEST(ExpiredSessionTest, ExpiredSessionIsNotFoundAndItsSlotsAreFreed) {
   constexpr absl::Duration kTtl = absl::Seconds(1);
-  auto daemon = DaemonProcess::Start(
-      WithIdentity({"--num_slots=16", "--lease_ttl=1s"}));
+  auto daemon =
+      DaemonProcess::Start(WithIdentity({"--num_slots=16", "--lease_ttl=1s"}));
   ASSERT_TRUE(daemon.ok()) << daemon.status();
   auto stubs_owner = std::make_unique<RawStubs>((*daemon)->address());
   RawStubs& stubs = *stubs_owner;
