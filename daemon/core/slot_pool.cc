@@ -63,7 +63,6 @@ SlotPool::SlotPool(int64_t num_slots, StateTransfer transfer,
 void SlotPool::GrowTo(int64_t capacity) {
   if (capacity <= this->capacity()) return;
   slots_.resize(capacity);
-  prefetch_ = capacity >= kPrefetchMinSlots;
   // Room for 1.5 index entries per slot. absl grows a table at 7/8 full;
   // one sized by its contents alone sits near that line in a small pool,
   // where checkpoint churn (an erase and an insert per eviction) fills it
@@ -191,7 +190,7 @@ int64_t SlotPool::PopUnchecked() {
     // fetching what they will touch. The new head's record was fetched by
     // the previous eviction, so reading it here is cheap; fetch its index
     // entry, and the record after it.
-    if (prefetch_ && !checkpointed_.empty()) {
+    if (Prefetches() && !checkpointed_.empty()) {
       const SlotState& head = slots_[checkpointed_.Front()];
       hash_to_slot_.prefetch(head.hash);
       if (head.lru.next != kNilSlot)
@@ -545,7 +544,7 @@ absl::StatusOr<CheckpointResult> SlotPool::Checkpoint(const Sequence& seq,
     return result;
   }
   // Start fetching the index entry Index() will write; Pop runs meanwhile.
-  if (prefetch_) hash_to_slot_.prefetch(hash);
+  if (Prefetches()) hash_to_slot_.prefetch(hash);
   const std::optional<int64_t> known = AnchorOf(&seq);
   int64_t boundary_pos = 0;
   const bool overflows =

@@ -377,7 +377,7 @@ class SlotPool {
   // Below this many slots the records and the index stay in cache, and
   // prefetching them only costs the address computation (hashing the key).
   static constexpr int64_t kPrefetchMinSlots = int64_t{1} << 15;
-  bool prefetch_ = false;
+  bool Prefetches() const { return capacity() >= kPrefetchMinSlots; }
   bool enabled_;
   int64_t num_slots_;
   StateTransfer transfer_;

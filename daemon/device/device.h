@@ -48,6 +48,13 @@ struct CopyResult {
   uint64_t bytes = 0;       // bytes moved, padding included
   int64_t descriptors = 0;  // ranges after coalescing
   absl::Duration elapsed;   // building the table through completion
+
+  // What a backend reports for `table`, copied since `start`.
+  static CopyResult Of(const CopyTable& table, absl::Time start) {
+    return CopyResult{table.total_bytes,
+                      static_cast<int64_t>(table.descriptors.size()),
+                      absl::Now() - start};
+  }
 };
 
 class Device {

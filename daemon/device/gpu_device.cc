@@ -136,11 +136,7 @@ absl::StatusOr<CopyResult> GpuDevice::Copy(absl::Span<const SlotPair> pairs) {
     RETURN_IF_ERROR(runtime_->copier->Run(table.descriptors, base_, base_,
                                           runtime_->stream));
   }
-  CopyResult result;
-  result.bytes = table.total_bytes;
-  result.descriptors = static_cast<int64_t>(table.descriptors.size());
-  result.elapsed = absl::Now() - start;
-  return result;
+  return CopyResult::Of(table, start);
 }
 
 uint64_t GpuDevice::CommittedBytes() const {

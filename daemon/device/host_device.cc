@@ -244,11 +244,7 @@ absl::StatusOr<CopyResult> HostDevice::Copy(absl::Span<const SlotPair> pairs) {
     absl::MutexLock lock(&copy_mu_);
     copier_->Run(table.descriptors, base_, base_);
   }
-  CopyResult result;
-  result.bytes = table.total_bytes;
-  result.descriptors = static_cast<int64_t>(table.descriptors.size());
-  result.elapsed = absl::Now() - start;
-  return result;
+  return CopyResult::Of(table, start);
 }
 
 uint64_t HostDevice::CommittedBytes() const {

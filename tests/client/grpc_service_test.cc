@@ -72,6 +72,18 @@ class GrpcServiceTest : public ::testing::Test {
     admin_stub_ = v1::StateCacheAdmin::NewStub(channel_);
   }
 
+  // A 4-slot server whose every slot request "r" of the returned scheduler
+  // holds, so a shrink has to wait for its release.
+  std::unique_ptr<Client> StartFullServer() {
+    StartServer(4);
+    std::unique_ptr<Client> scheduler = Connect();
+    EXPECT_TRUE(scheduler->Attach(TestIdentity(), "sched").ok());
+    StepBuilder admit;
+    admit.Admit("r", 4, 10, 10, {}, 0);
+    EXPECT_TRUE(scheduler->Step(admit).ok());
+    return scheduler;
+  }
+
   std::unique_ptr<Client> Connect(ClientOptions options = {}) {
     auto client = Client::Connect(address_, options);
     EXPECT_TRUE(client.ok()) << client.status();
@@ -346,12 +358,7 @@ TEST_F(GrpcServiceTest, ResizeGrowsAndRefusesBadTargets) {
 // A shrink blocked by live slots finishes later, from the Step that frees
 // them (StateCache's callback finishes the call).
 TEST_F(GrpcServiceTest, PendingShrinkFinishesWhenSlotsAreReleased) {
-  StartServer(4);
-  auto scheduler = Connect();
-  ASSERT_TRUE(scheduler->Attach(TestIdentity(), "sched").ok());
-  StepBuilder admit;
-  admit.Admit("r", 4, 10, 10, {}, 0);
-  ASSERT_TRUE(scheduler->Step(admit).ok());
+  auto scheduler = StartFullServer();
 
   auto admin = Connect();
   absl::StatusOr<ResizeResult> shrunk;
@@ -375,12 +382,7 @@ TEST_F(GrpcServiceTest, PendingShrinkFinishesWhenSlotsAreReleased) {
 // A Resize call that gives up (client deadline) finishes at once; the core's
 // later callback must not touch the finished call.
 TEST_F(GrpcServiceTest, ResizeCallCancelledBeforeTheResizeFinishes) {
-  StartServer(4);
-  auto scheduler = Connect();
-  ASSERT_TRUE(scheduler->Attach(TestIdentity(), "sched").ok());
-  StepBuilder admit;
-  admit.Admit("r", 4, 10, 10, {}, 0);
-  ASSERT_TRUE(scheduler->Step(admit).ok());
+  auto scheduler = StartFullServer();
 
   v1::ResizeRequest request;
   request.set_target_slots(2);
@@ -404,12 +406,7 @@ TEST_F(GrpcServiceTest, ResizeCallCancelledBeforeTheResizeFinishes) {
 // Shutting the server down with a Resize pending: the call is cancelled at
 // the shutdown deadline, and destroying the cache afterwards is safe.
 TEST_F(GrpcServiceTest, ShutdownCancelsPendingResize) {
-  StartServer(4);
-  auto scheduler = Connect();
-  ASSERT_TRUE(scheduler->Attach(TestIdentity(), "sched").ok());
-  StepBuilder admit;
-  admit.Admit("r", 4, 10, 10, {}, 0);
-  ASSERT_TRUE(scheduler->Step(admit).ok());
+  auto scheduler = StartFullServer();
 
   auto admin = Connect();
   absl::Status resize_status;
