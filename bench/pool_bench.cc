@@ -70,17 +70,69 @@ std::string RunCommand(const std::string& cmd) {
 
 // ---------------------------------------------------------------- part (a)
 
+// The trace's calls with their arguments converted, packed for replay: one
+// 32-byte record per call and each kind of list in one array, all in call
+// order. A scheduler's arguments are in its cache (it just computed them);
+// read in order from contiguous arrays, the log's are too (the hardware
+// prefetcher streams them), so what is timed is the pool and not the log.
+// replay::Call (a 152-byte record with three heap vectors) made the log's
+// cache misses a third of the measured time.
+struct PackedCall {
+  replay::Op op;
+  bool flag = false;
+  bool has_seq = false;
+  uint32_t list_begin = 0;  // into the op's list array
+  uint32_t list_size = 0;
+  uint32_t seq = 0;  // into PackedTrace::seqs, when has_seq
+  int64_t a = 0;
+  int64_t b = 0;
+};
+
+struct PackedTrace {
+  std::vector<PackedCall> calls;
+  std::vector<Sequence> seqs;
+  std::vector<int64_t> ints;
+  std::vector<std::pair<int64_t, int64_t>> pairs;
+  std::vector<Reservation> reservations;
+
+  void Add(const replay::Call& c) {
+    PackedCall p{.op = c.op, .flag = c.flag, .has_seq = c.seq.has_value()};
+    p.a = c.a;
+    p.b = c.b;
+    if (c.seq) {
+      p.seq = static_cast<uint32_t>(seqs.size());
+      seqs.push_back(*c.seq);
+    }
+    auto append = [&p](auto& to, const auto& from) {
+      p.list_begin = static_cast<uint32_t>(to.size());
+      p.list_size = static_cast<uint32_t>(from.size());
+      to.insert(to.end(), from.begin(), from.end());
+    };
+    if (!c.ints.empty()) append(ints, c.ints);
+    if (!c.pairs.empty()) append(pairs, c.pairs);
+    if (!c.reservations.empty()) append(reservations, c.reservations);
+    calls.push_back(p);
+  }
+};
+
+// Where results land between calls: reused storage, as a C++ caller's is.
+struct Scratch {
+  std::vector<int64_t> slots = std::vector<int64_t>(64);
+  std::vector<Reservation> reservations = std::vector<Reservation>(64);
+  std::optional<Sequence> seq;
+};
+
 // Runs one call and folds what it returned into a checksum, so nothing can
 // be optimised away. Not replay::Invoke: that builds the printable result
 // (a variant holding the returned vectors), which costs about a quarter of
 // the pool's own time here, and the reference side times bare calls too.
-int64_t RunCall(SlotPool& pool, const replay::Call& c) {
+int64_t RunCall(SlotPool& pool, const PackedCall& c, const PackedTrace& t,
+                Scratch& scratch) {
   using replay::Op;
-  // Results land in reused storage, as a C++ caller's would.
-  static std::vector<int64_t> slots(64);
-  static std::vector<Reservation> reservations(64);
   static const Sequence kNoSeq;
-  const Sequence& seq = c.seq ? *c.seq : kNoSeq;
+  const Sequence& seq = c.has_seq ? t.seqs[c.seq] : kNoSeq;
+  const auto ints =
+      absl::MakeConstSpan(t.ints.data() + c.list_begin, c.list_size);
   auto fold = [](const absl::Status& s) -> int64_t { return s.ok() ? 0 : 1; };
   switch (c.op) {
     case Op::kHasFree:
@@ -94,6 +146,7 @@ int64_t RunCall(SlotPool& pool, const replay::Call& c) {
     case Op::kPop:
       return pool.Pop().value_or(-1);
     case Op::kPopMany: {
+      std::vector<int64_t>& slots = scratch.slots;
       if (c.a >= 0 && c.a <= pool.NumFree()) slots.resize(c.a);
       return pool.PopMany(c.a, absl::MakeSpan(slots)).ok()
                  ? static_cast<int64_t>(slots.size())
@@ -108,7 +161,7 @@ int64_t RunCall(SlotPool& pool, const replay::Call& c) {
     case Op::kRelease:
       return fold(pool.Release(c.a));
     case Op::kReleaseMany:
-      return fold(pool.ReleaseMany(c.ints));
+      return fold(pool.ReleaseMany(ints));
     case Op::kExtend:
       return fold(pool.Extend(c.a));
     case Op::kRetireTop: {
@@ -120,18 +173,32 @@ int64_t RunCall(SlotPool& pool, const replay::Call& c) {
     case Op::kLookup:
       return pool.Lookup(c.a).value_or(-1);
     case Op::kResumableHit:
-      return pool.ResumableHit(seq, c.a, c.ints, c.flag).value_or(-1);
+      return pool.ResumableHit(seq, c.a, ints, c.flag).value_or(-1);
     case Op::kReserveMidstep: {
-      if (reservations.size() < c.pairs.size()) {
-        reservations.resize(c.pairs.size());
+      const auto positions =
+          absl::MakeConstSpan(t.pairs.data() + c.list_begin, c.list_size);
+      if (scratch.reservations.size() < positions.size()) {
+        scratch.reservations.resize(positions.size());
       }
-      return pool.ReserveMidstep(seq, c.pairs, absl::MakeSpan(reservations))
+      return pool
+          .ReserveMidstep(seq, positions, absl::MakeSpan(scratch.reservations))
           .value_or(-1);
     }
-    case Op::kPublishMidstep:
-      return fold(pool.PublishMidstep(c.reservations, c.seq));
+    case Op::kPublishMidstep: {
+      // JSON null seq (publish without one) arrives as has_seq false.
+      if (c.has_seq) {
+        scratch.seq = seq;
+      } else {
+        scratch.seq.reset();
+      }
+      return fold(pool.PublishMidstep(
+          absl::MakeConstSpan(t.reservations.data() + c.list_begin,
+                              c.list_size),
+          scratch.seq));
+    }
     case Op::kCancelMidstep:
-      return fold(pool.CancelMidstep(c.reservations));
+      return fold(pool.CancelMidstep(absl::MakeConstSpan(
+          t.reservations.data() + c.list_begin, c.list_size)));
     case Op::kCheckpoint: {
       auto r = pool.Checkpoint(seq, c.a, c.b);
       return r.ok() ? r->state_slot : -1;
@@ -170,13 +237,6 @@ int64_t RunCall(SlotPool& pool, const replay::Call& c) {
   return 0;
 }
 
-void PrefetchRecord(const replay::Call& c) {
-  const char* p = reinterpret_cast<const char*>(&c);
-  for (size_t line = 0; line < sizeof(replay::Call); line += 64) {
-    __builtin_prefetch(p + line);
-  }
-}
-
 void TraceComparison() {
   std::string trace = absl::GetFlag(FLAGS_trace);
   const std::string src = absl::GetFlag(FLAGS_source_dir);
@@ -200,30 +260,24 @@ void TraceComparison() {
     std::exit(1);
   }
   std::vector<replay::Call> calls;
+  PackedTrace packed;
   for (size_t i = 1; i < lines.size(); ++i) {
     if (lines[i].kind != replay::ParsedLine::Kind::kCall) continue;
     if (lines[i].call.op == replay::Op::kDump) continue;
     calls.push_back(lines[i].call);
+    packed.Add(lines[i].call);
   }
   const int reps = absl::GetFlag(FLAGS_reps);
   std::vector<double> cpp_rate;
   int64_t refused = 0;
   for (int r = 0; r < reps; ++r) {
     SlotPool pool = *replay::MakePool(lines[0].config);
+    Scratch scratch;
     // Refusals are counted (a valid trace has none) outside the clock.
     int64_t checksum = 0;
     const auto start = Clock::now();
-    // The calls' converted arguments stream from a log of tens of megabytes,
-    // while a scheduler's arguments are in its cache (it just computed
-    // them): fetch a few calls ahead so the pool, not the log, is timed.
-    // Records 8 calls ahead; a record's list 4 calls ahead (its record
-    // arrived meanwhile).
-    for (size_t i = 0; i < calls.size(); ++i) {
-      if (i + 8 < calls.size()) PrefetchRecord(calls[i + 8]);
-      if (i + 4 < calls.size() && !calls[i + 4].ints.empty()) {
-        __builtin_prefetch(calls[i + 4].ints.data());
-      }
-      checksum += RunCall(pool, calls[i]);
+    for (const PackedCall& call : packed.calls) {
+      checksum += RunCall(pool, call, packed, scratch);
     }
     const double ns =
         std::chrono::duration<double, std::nano>(Clock::now() - start).count();

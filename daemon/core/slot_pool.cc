@@ -205,9 +205,8 @@ int64_t SlotPool::PopUnchecked() {
 }
 
 int64_t SlotPool::PopVacant() {
-  const int64_t slot = vacant_.Min();
+  const int64_t slot = vacant_.TakeMin();
   if (slot < 0) return -1;
-  vacant_.Erase(slot);
   Clear(slot, kFree);
   --num_free_;
   return slot;

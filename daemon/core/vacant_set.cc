@@ -1,38 +1,34 @@
 #include "daemon/core/vacant_set.h"
 
-#include <bit>
-#include <cstddef>
+#include <utility>
 
 namespace statecache {
-namespace {
-
-int64_t WordsFor(int64_t bits) { return (bits + 63) / 64; }
-
-}  // namespace
 
 void VacantSet::Grow(int64_t capacity) {
   if (capacity <= capacity_) return;
+  // Rebuilt from the leaf level: the upper levels' shapes change with it.
+  std::vector<uint64_t> leaf(words_.begin(),
+                             words_.begin() + (capacity_ + 63) / 64);
+  leaf.resize((capacity + 63) / 64, 0);
   capacity_ = capacity;
-  // Leaf level first, then one level per 64x reduction down to a single word.
-  int64_t bits = capacity;
-  std::size_t level = 0;
-  while (true) {
-    const int64_t words = WordsFor(bits);
-    if (level == levels_.size()) {
-      // A new top level: mark the non-empty words of the level below.
-      levels_.emplace_back(words, 0);
-      if (level > 0) {
-        const auto& below = levels_[level - 1];
-        for (std::size_t w = 0; w < below.size(); ++w) {
-          if (below[w] != 0) levels_[level][w / 64] |= uint64_t{1} << (w % 64);
-        }
+  words_.clear();
+  num_levels_ = 0;
+  int64_t words = static_cast<int64_t>(leaf.size());
+  words_ = std::move(leaf);
+  offset_[num_levels_++] = 0;
+  while (words > 1) {
+    // A level above: one bit per non-empty word of the level below.
+    const int64_t below = offset_[num_levels_ - 1];
+    const int64_t above = static_cast<int64_t>(words_.size());
+    const int64_t above_words = (words + 63) / 64;
+    words_.resize(above + above_words, 0);
+    for (int64_t w = 0; w < words; ++w) {
+      if (words_[below + w] != 0) {
+        words_[above + w / 64] |= uint64_t{1} << (w % 64);
       }
-    } else if (static_cast<int64_t>(levels_[level].size()) < words) {
-      levels_[level].resize(words, 0);
     }
-    if (words == 1) break;
-    bits = words;
-    ++level;
+    offset_[num_levels_++] = above;
+    words = above_words;
   }
 }
 

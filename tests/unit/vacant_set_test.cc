@@ -137,6 +137,12 @@ TEST(VacantSet, RandomizedAgainstStdSet) {
         if (r < 55) {
           v.Insert(s);
           ref.insert(s);
+        } else if (r < 65) {
+          // TakeMin: the lowest member, gone afterwards.
+          const int64_t want = ref.empty() ? -1 : *ref.begin();
+          ASSERT_EQ(v.TakeMin(), want) << "op " << op;
+          if (want >= 0) ref.erase(want);
+          s = std::max<int64_t>(want, 0);
         } else {
           v.Erase(s);
           ref.erase(s);
@@ -150,6 +156,30 @@ TEST(VacantSet, RandomizedAgainstStdSet) {
       ASSERT_TRUE(v.Contains(s));
     }
   }
+}
+
+TEST(VacantSet, TakeMinEmptiesAMillionSlotSetInOrder) {
+  // Every level's word empties and refills on the way: the clear on the way
+  // up must stop exactly where a word stays non-empty.
+  constexpr int64_t kCap = (int64_t{1} << 20) + 77;
+  VacantSet v;
+  v.Grow(kCap);
+  for (int64_t s = kCap; s-- > 0;) {
+    if (s % 3 != 1) v.Insert(s);
+  }
+  int64_t expected_size = v.size();
+  for (int64_t want = 0; want < kCap; ++want) {
+    if (want % 3 == 1) continue;
+    ASSERT_EQ(v.TakeMin(), want);
+    ASSERT_FALSE(v.Contains(want));
+    ASSERT_EQ(v.size(), --expected_size);
+  }
+  EXPECT_EQ(v.TakeMin(), -1);
+  EXPECT_EQ(v.Min(), -1);
+  v.Insert(kCap - 1);  // the upper levels were cleared, not left stale
+  EXPECT_EQ(v.Min(), kCap - 1);
+  EXPECT_EQ(v.TakeMin(), kCap - 1);
+  EXPECT_EQ(v.size(), 0);
 }
 
 }  // namespace
