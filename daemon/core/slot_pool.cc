@@ -63,13 +63,9 @@ SlotPool::SlotPool(int64_t num_slots, StateTransfer transfer,
 void SlotPool::GrowTo(int64_t capacity) {
   if (capacity <= this->capacity()) return;
   slots_.resize(capacity);
-  // Room for 1.5 index entries per slot. absl grows a table at 7/8 full;
-  // one sized by its contents alone sits near that line in a small pool,
-  // where checkpoint churn (an erase and an insert per eviction) fills it
-  // with tombstones and it rehashes in place every few hundred erases. At
-  // this size it stays at most about half full (pool_bench (a): +10-20%);
-  // a large pool's table, rounded up to a power of two, is no bigger.
-  hash_to_slot_.reserve(static_cast<size_t>(capacity + capacity / 2));
+  // One index entry per slot holding a checkpoint, so no rehash on the way
+  // to a full pool.
+  hash_to_slot_.Reserve(capacity);
   reservation_.resize(capacity);
   scratch_.resize(capacity, 0);
   vacant_.Grow(capacity);
@@ -192,7 +188,7 @@ int64_t SlotPool::PopUnchecked() {
     // entry, and the record after it.
     if (Prefetches() && !checkpointed_.empty()) {
       const SlotState& head = slots_[checkpointed_.Front()];
-      hash_to_slot_.prefetch(head.hash);
+      hash_to_slot_.Prefetch(head.hash);
       if (head.lru.next != kNilSlot)
         __builtin_prefetch(&slots_[head.lru.next], 1);
     }
@@ -401,7 +397,7 @@ void SlotPool::RehomeCheckpoint(int64_t src, int64_t dst) {
   Set(dst, kFree | kInLru);  // dst was taken off the list by the search
   slots_[src].hash = -1;
   slots_[dst].hash = hash;
-  hash_to_slot_[hash] = dst;
+  hash_to_slot_.InsertOrAssign(hash, dst);
 }
 
 // ---------------------------------------------------------------- lookup
@@ -431,7 +427,7 @@ absl::StatusOr<int64_t> SlotPool::ResumableHit(
         room < min_fork_tokens) {
       continue;
     }
-    if (assume_checkpointed || hash_to_slot_.contains(block_hashes[i])) {
+    if (assume_checkpointed || hash_to_slot_.Contains(block_hashes[i])) {
       return i + 1;
     }
   }
@@ -441,8 +437,7 @@ absl::StatusOr<int64_t> SlotPool::ResumableHit(
 absl::StatusOr<int64_t> SlotPool::Lookup(int64_t hash) const {
   RETURN_IF_ERROR(CheckHash(hash, "lookup: hash"));
   if (!enabled_) return -1;
-  auto it = hash_to_slot_.find(hash);
-  return it == hash_to_slot_.end() ? -1 : it->second;
+  return hash_to_slot_.Find(hash);
 }
 
 // ---------------------------------------------------------------- midstep
@@ -543,7 +538,7 @@ absl::StatusOr<CheckpointResult> SlotPool::Checkpoint(const Sequence& seq,
     return result;
   }
   // Start fetching the index entry Index() will write; Pop runs meanwhile.
-  if (Prefetches()) hash_to_slot_.prefetch(hash);
+  if (Prefetches()) hash_to_slot_.Prefetch(hash);
   const std::optional<int64_t> known = AnchorOf(&seq);
   int64_t boundary_pos = 0;
   const bool overflows =
@@ -585,9 +580,7 @@ std::vector<std::pair<int64_t, int64_t>> SlotPool::TakeRelocations() {
 void SlotPool::Index(int64_t hash, int64_t slot) {
   if (!enabled_) return;
   InvalidateUnchecked(slot);
-  auto [it, inserted] = hash_to_slot_.try_emplace(hash, slot);
-  const int64_t prev = inserted ? -1 : it->second;
-  it->second = slot;
+  const int64_t prev = hash_to_slot_.InsertOrAssign(hash, slot);
   SetHash(slot, hash);
   // Re-filing a hash onto a different slot orphans the old one; drop its
   // back-pointer directly (Invalidate would take the new entry with it).
@@ -596,9 +589,9 @@ void SlotPool::Index(int64_t hash, int64_t slot) {
 
 absl::Status SlotPool::Unindex(int64_t hash) {
   RETURN_IF_ERROR(CheckHash(hash, "unindex: hash"));
-  auto it = hash_to_slot_.find(hash);
-  if (it == hash_to_slot_.end()) return absl::OkStatus();
-  InvalidateUnchecked(it->second);
+  const int64_t slot = hash_to_slot_.Find(hash);
+  if (slot < 0) return absl::OkStatus();
+  InvalidateUnchecked(slot);
   ++fates_.orphaned;
   return absl::OkStatus();
 }
@@ -606,7 +599,8 @@ absl::Status SlotPool::Unindex(int64_t hash) {
 void SlotPool::ClearIndex() {
   std::vector<int64_t> slots;
   slots.reserve(hash_to_slot_.size());
-  for (const auto& [hash, slot] : hash_to_slot_) slots.push_back(slot);
+  hash_to_slot_.ForEach(
+      [&slots](int64_t, int64_t slot) { slots.push_back(slot); });
   for (int64_t slot : slots) InvalidateUnchecked(slot);
 }
 
@@ -619,8 +613,7 @@ absl::Status SlotPool::Invalidate(int64_t slot) {
 void SlotPool::InvalidateHashed(int64_t slot) {
   const int64_t hash = slots_[slot].hash;
   SetHash(slot, -1);
-  auto it = hash_to_slot_.find(hash);
-  if (it != hash_to_slot_.end() && it->second == slot) hash_to_slot_.erase(it);
+  hash_to_slot_.EraseIfFiledUnder(hash, slot);
 }
 
 // ---------------------------------------------------------------- pins
@@ -754,7 +747,9 @@ PoolSnapshot SlotPool::Dump() const {
     snap.slot_hash.push_back(slots_[s].hash);
   }
   snap.checkpointed = checkpointed_.ToVector(slots_);
-  snap.hash_to_slot.assign(hash_to_slot_.begin(), hash_to_slot_.end());
+  hash_to_slot_.ForEach([&snap](int64_t hash, int64_t slot) {
+    snap.hash_to_slot.emplace_back(hash, slot);
+  });
   std::sort(snap.hash_to_slot.begin(), snap.hash_to_slot.end());
   snap.relocations = relocations_;
   snap.fates = fates_;
@@ -791,8 +786,7 @@ absl::Status SlotPool::CheckInvariants() const {
     vacant_count += in_vacant;
     held_count += in_lru;
     if (hashed) {
-      auto it = hash_to_slot_.find(st.hash);
-      if (it == hash_to_slot_.end() || it->second != s) {
+      if (hash_to_slot_.Find(st.hash) != s) {
         return fail("slot_hash[", s, "]=", st.hash,
                     " not mirrored in hash_to_slot");
       }
@@ -815,12 +809,20 @@ absl::Status SlotPool::CheckInvariants() const {
       return fail("reserved slot ", s, " is free or retired");
     }
   }
-  for (const auto& [hash, slot] : hash_to_slot_) {
-    if (hash < 0 || slot < 0 || slot >= capacity()) {
-      return fail("hash_to_slot entry ", hash, "->", slot, " out of range");
+  // The only entries allowed not to mirror are those Extend detached from a
+  // re-used index (see the header); the index still exists.
+  int64_t bad_hash = 0, bad_slot = 0;
+  bool entries_in_range = true;
+  hash_to_slot_.ForEach([&](int64_t hash, int64_t slot) {
+    if (entries_in_range && (hash < 0 || slot < 0 || slot >= capacity())) {
+      entries_in_range = false;
+      bad_hash = hash;
+      bad_slot = slot;
     }
-    // The only entries allowed not to mirror are those Extend detached from
-    // a re-used index (see the header); the index still exists.
+  });
+  if (!entries_in_range) {
+    return fail("hash_to_slot entry ", bad_hash, "->", bad_slot,
+                " out of range");
   }
   if (pinned_count != static_cast<int64_t>(pinned_.size())) {
     return fail("pinned list holds ", pinned_.size(), " slots, ", pinned_count,

@@ -47,11 +47,11 @@
 
 #include "absl/base/attributes.h"
 #include "absl/base/optimization.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "daemon/core/checkpoint_lru.h"
+#include "daemon/core/hash_index.h"
 #include "daemon/core/huge_page_allocator.h"
 #include "daemon/core/sequence.h"
 #include "daemon/core/slot_retirement.h"
@@ -299,9 +299,7 @@ class SlotPool {
   absl::Status EndDeferral(int64_t slot);
 
   // Checkpoints currently indexed (hash_to_slot's size).
-  int64_t NumIndexed() const {
-    return static_cast<int64_t>(hash_to_slot_.size());
-  }
+  int64_t NumIndexed() const { return hash_to_slot_.size(); }
 
   // ------------------------------ debugging ------------------------------ //
 
@@ -392,11 +390,7 @@ class SlotPool {
   IntrusiveLru<SlotState, decltype(slots_)>
       checkpointed_;             // free slots with a hash, LRU order
   std::vector<int32_t> pinned_;  // slots with pins > 0, unordered
-  absl::flat_hash_map<int64_t, int64_t,
-                      absl::container_internal::hash_default_hash<int64_t>,
-                      absl::container_internal::hash_default_eq<int64_t>,
-                      HugePageAllocator<std::pair<const int64_t, int64_t>>>
-      hash_to_slot_;
+  HashIndex hash_to_slot_;
   std::vector<std::pair<int64_t, int64_t>> relocations_;
   CheckpointFates fates_;
   // Scratch for SeenBefore (mutable: used by const validation).
