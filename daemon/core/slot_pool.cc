@@ -9,20 +9,6 @@
 #include "daemon/core/status_macros.h"
 
 namespace statecache {
-namespace {
-
-ABSL_ATTRIBUTE_NOINLINE absl::Status NegativeHash(int64_t hash,
-                                                  const char* what) {
-  return absl::InvalidArgumentError(
-      absl::StrCat(what, " ", hash, " is negative; hashes are in [0, 2^63)"));
-}
-
-inline absl::Status CheckHash(int64_t hash, const char* what) {
-  if (ABSL_PREDICT_FALSE(hash < 0)) return NegativeHash(hash, what);
-  return absl::OkStatus();
-}
-
-}  // namespace
 
 // ---------------------------------------------------------------- creation
 
@@ -73,6 +59,29 @@ void SlotPool::GrowTo(int64_t capacity) {
 
 // ---------------------------------------------------------------- checks
 
+absl::Status SlotPool::CheckHashes(absl::Span<const int64_t> hashes,
+                                   const char* what) {
+  // The sign bits of all hashes at once (a loop the compiler vectorises);
+  // the slow loop only to name the first negative one.
+  uint64_t any_negative = 0;
+  for (int64_t h : hashes) any_negative |= static_cast<uint64_t>(h);
+  if (ABSL_PREDICT_TRUE(static_cast<int64_t>(any_negative) >= 0)) {
+    return absl::OkStatus();
+  }
+  for (int64_t h : hashes) RETURN_IF_ERROR(CheckHash(h, what));
+  return absl::OkStatus();
+}
+
+absl::Status SlotPool::NegativeCount(int64_t count, const char* what) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(what, ": count must be >= 0, got ", count));
+}
+
+absl::Status SlotPool::NegativeHash(int64_t hash, const char* what) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(what, " ", hash, " is negative; hashes are in [0, 2^63)"));
+}
+
 absl::Status SlotPool::SlotOutOfRange(int64_t slot, const char* what) const {
   return absl::InvalidArgumentError(absl::StrCat(
       what, ": slot ", slot, " out of range [0, ", num_slots_, ")"));
@@ -122,24 +131,6 @@ absl::Status SlotPool::CheckReservations(
 }
 
 // ---------------------------------------------------------------- free list
-
-absl::StatusOr<bool> SlotPool::HasFree(int64_t count) const {
-  if (count < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("has_free: count must be >= 0, got ", count));
-  }
-  return num_free_ >= count;
-}
-
-absl::StatusOr<bool> SlotPool::IsFree(int64_t slot) const {
-  RETURN_IF_ERROR(CheckSlot(slot, "is_free"));
-  return Is(slot, kFree);
-}
-
-absl::StatusOr<bool> SlotPool::HoldsCheckpoint(int64_t slot) const {
-  RETURN_IF_ERROR(CheckSlot(slot, "holds_checkpoint"));
-  return Is(slot, kInLru);
-}
 
 absl::StatusOr<int64_t> SlotPool::Pop() {
   if (num_free_ < 1) {
@@ -410,9 +401,7 @@ absl::StatusOr<int64_t> SlotPool::ResumableHit(
         absl::StrCat("resumable_hit: hit ", hit, " outside [0, ",
                      block_hashes.size(), "] (the blocks given)"));
   }
-  for (int64_t h : block_hashes) {
-    RETURN_IF_ERROR(CheckHash(h, "resumable_hit: block hash"));
-  }
+  RETURN_IF_ERROR(CheckHashes(block_hashes, "resumable_hit: block hash"));
   if (!Applies(seq)) return hit;
   // Nothing is kept under replay: the resuming forward rebuilds the state.
   if (transfer_.replays()) return hit;
@@ -434,12 +423,6 @@ absl::StatusOr<int64_t> SlotPool::ResumableHit(
   return 0;
 }
 
-absl::StatusOr<int64_t> SlotPool::Lookup(int64_t hash) const {
-  RETURN_IF_ERROR(CheckHash(hash, "lookup: hash"));
-  if (!enabled_) return -1;
-  return hash_to_slot_.Find(hash);
-}
-
 // ---------------------------------------------------------------- midstep
 
 absl::StatusOr<std::vector<Reservation>> SlotPool::ReserveMidstep(
@@ -456,8 +439,17 @@ absl::StatusOr<int64_t> SlotPool::ReserveMidstep(
     const Sequence& seq,
     absl::Span<const std::pair<int64_t, int64_t>> positions,
     absl::Span<Reservation> out) {
-  for (const auto& [pos, hash] : positions) {
-    RETURN_IF_ERROR(CheckHash(hash, "reserve_midstep: hash"));
+  {
+    // The sign bits of all hashes at once; the slow loop only to name one.
+    uint64_t any_negative = 0;
+    for (const auto& [pos, hash] : positions) {
+      any_negative |= static_cast<uint64_t>(hash);
+    }
+    if (ABSL_PREDICT_FALSE(static_cast<int64_t>(any_negative) < 0)) {
+      for (const auto& [pos, hash] : positions) {
+        RETURN_IF_ERROR(CheckHash(hash, "reserve_midstep: hash"));
+      }
+    }
   }
   if (out.size() < positions.size()) {
     return absl::InvalidArgumentError(
@@ -637,16 +629,6 @@ void SlotPool::PinUnchecked(int64_t slot, bool reader_is_next_batch) {
     pinned_.push_back(static_cast<int32_t>(slot));
   }
   if (reader_is_next_batch) Set(slot, kDeferred);
-}
-
-absl::StatusOr<bool> SlotPool::IsPinned(int64_t slot) const {
-  RETURN_IF_ERROR(CheckSlot(slot, "is_pinned"));
-  return slots_[slot].pins > 0;
-}
-
-absl::StatusOr<int64_t> SlotPool::PinCount(int64_t slot) const {
-  RETURN_IF_ERROR(CheckSlot(slot, "pin_count"));
-  return slots_[slot].pins;
 }
 
 absl::Status SlotPool::Unpin(int64_t slot) {

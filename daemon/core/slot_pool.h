@@ -145,12 +145,25 @@ class SlotPool {
   // Whether `count` slots can be handed out (checkpoints count: pop spends
   // them). The admission gate.
   // REQUIRES: count >= 0.
-  absl::StatusOr<bool> HasFree(int64_t count = 1) const;
+  absl::StatusOr<bool> HasFree(int64_t count = 1) const {
+    if (ABSL_PREDICT_FALSE(count < 0)) return NegativeCount(count, "has_free");
+    return num_free_ >= count;
+  }
   int64_t NumFree() const { return num_free_; }
   // REQUIRES (these four queries): slot in range.
-  absl::StatusOr<bool> IsFree(int64_t slot) const;
+  absl::StatusOr<bool> IsFree(int64_t slot) const {
+    if (ABSL_PREDICT_FALSE(!InRange(slot))) {
+      return SlotOutOfRange(slot, "is_free");
+    }
+    return Is(slot, kFree);
+  }
   // Free and still carrying a checkpoint.
-  absl::StatusOr<bool> HoldsCheckpoint(int64_t slot) const;
+  absl::StatusOr<bool> HoldsCheckpoint(int64_t slot) const {
+    if (ABSL_PREDICT_FALSE(!InRange(slot))) {
+      return SlotOutOfRange(slot, "holds_checkpoint");
+    }
+    return Is(slot, kInLru);
+  }
 
   // Hands out one slot: lowest vacant first, else the LRU head checkpoint
   // (evicting it). Clears the slot's speculative mark and checkpoint.
@@ -206,7 +219,11 @@ class SlotPool {
                                        bool assume_checkpointed = false) const;
   // Slot holding the checkpoint for `hash`, or -1.
   // REQUIRES: hash in [0, 2^63).
-  absl::StatusOr<int64_t> Lookup(int64_t hash) const;
+  absl::StatusOr<int64_t> Lookup(int64_t hash) const {
+    if (ABSL_PREDICT_FALSE(hash < 0)) return NegativeHash(hash, "lookup: hash");
+    if (!enabled_) return -1;
+    return hash_to_slot_.Find(hash);
+  }
 
   // ------------------------- midstep checkpointing ----------------------- //
 
@@ -274,8 +291,18 @@ class SlotPool {
   // REQUIRES: slot in range and not free.
   absl::Status Pin(int64_t slot, bool reader_is_next_batch = false);
   // REQUIRES (IsPinned, PinCount): slot in range.
-  absl::StatusOr<bool> IsPinned(int64_t slot) const;
-  absl::StatusOr<int64_t> PinCount(int64_t slot) const;
+  absl::StatusOr<bool> IsPinned(int64_t slot) const {
+    if (ABSL_PREDICT_FALSE(!InRange(slot))) {
+      return SlotOutOfRange(slot, "is_pinned");
+    }
+    return slots_[slot].pins > 0;
+  }
+  absl::StatusOr<int64_t> PinCount(int64_t slot) const {
+    if (ABSL_PREDICT_FALSE(!InRange(slot))) {
+      return SlotOutOfRange(slot, "pin_count");
+    }
+    return slots_[slot].pins;
+  }
   // Drops one reference without freeing (the caller takes the slot over).
   // REQUIRES: slot in range and pinned.
   absl::Status Unpin(int64_t slot);
@@ -312,14 +339,25 @@ class SlotPool {
   SlotPool(int64_t num_slots, StateTransfer transfer, int64_t hash_block_size,
            bool enabled);
 
+  bool InRange(int64_t slot) const { return slot >= 0 && slot < num_slots_; }
   absl::Status CheckSlot(int64_t slot, const char* what) const {
-    if (ABSL_PREDICT_FALSE(slot < 0 || slot >= num_slots_)) {
+    if (ABSL_PREDICT_FALSE(!InRange(slot))) {
       return SlotOutOfRange(slot, what);
     }
     return absl::OkStatus();
   }
   ABSL_ATTRIBUTE_NOINLINE absl::Status SlotOutOfRange(int64_t slot,
                                                       const char* what) const;
+  static absl::Status CheckHash(int64_t hash, const char* what) {
+    if (ABSL_PREDICT_FALSE(hash < 0)) return NegativeHash(hash, what);
+    return absl::OkStatus();
+  }
+  static absl::Status CheckHashes(absl::Span<const int64_t> hashes,
+                                  const char* what);
+  ABSL_ATTRIBUTE_NOINLINE static absl::Status NegativeHash(int64_t hash,
+                                                           const char* what);
+  ABSL_ATTRIBUTE_NOINLINE static absl::Status NegativeCount(int64_t count,
+                                                            const char* what);
   absl::Status CheckReservations(absl::Span<const Reservation> reservations,
                                  const char* what) const;
 

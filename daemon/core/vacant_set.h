@@ -73,6 +73,16 @@ class VacantSet {
   int64_t TakeMin() {
     if (size_ == 0) return -1;
     --size_;
+    if (num_levels_ == 2) {
+      // Pools of 65 to 4096 slots, straight-line.
+      uint64_t& top = Word(1, 0);
+      const int64_t word_index = std::countr_zero(top);
+      uint64_t& leaf = Word(0, word_index);
+      const int64_t index = word_index * 64 + std::countr_zero(leaf);
+      leaf &= leaf - 1;
+      if (leaf == 0) top &= top - 1;
+      return index;
+    }
     int64_t index = 0;
     for (int level = num_levels_; level-- > 0;) {
       index = index * 64 + std::countr_zero(Word(level, index));
