@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <initializer_list>
 #include <random>
 #include <sstream>
 #include <string>
@@ -122,120 +123,195 @@ struct Scratch {
   std::optional<Sequence> seq;
 };
 
-// Runs one call and folds what it returned into a checksum, so nothing can
-// be optimised away. Not replay::Invoke: that builds the printable result
-// (a variant holding the returned vectors), which costs about a quarter of
-// the pool's own time here, and the reference side times bare calls too.
-int64_t RunCall(SlotPool& pool, const PackedCall& c, const PackedTrace& t,
-                Scratch& scratch) {
-  using replay::Op;
-  static const Sequence kNoSeq;
-  const Sequence& seq = c.has_seq ? t.seqs[c.seq] : kNoSeq;
-  const auto ints =
-      absl::MakeConstSpan(t.ints.data() + c.list_begin, c.list_size);
-  auto fold = [](const absl::Status& s) -> int64_t { return s.ok() ? 0 : 1; };
-  switch (c.op) {
-    case Op::kHasFree:
-      return pool.HasFree(c.a).value_or(false);
-    case Op::kNumFree:
-      return pool.NumFree();
-    case Op::kIsFree:
-      return pool.IsFree(c.a).value_or(false);
-    case Op::kHoldsCheckpoint:
-      return pool.HoldsCheckpoint(c.a).value_or(false);
-    case Op::kPop:
-      return pool.Pop().value_or(-1);
-    case Op::kPopMany: {
-      std::vector<int64_t>& slots = scratch.slots;
-      if (c.a >= 0 && c.a <= pool.NumFree()) slots.resize(c.a);
-      return pool.PopMany(c.a, absl::MakeSpan(slots)).ok()
-                 ? static_cast<int64_t>(slots.size())
-                 : -1;
-    }
-    case Op::kClaim:
-      return fold(pool.Claim(c.a));
-    case Op::kMarkSpeculative:
-      return fold(pool.MarkSpeculative(c.a));
-    case Op::kPromote:
-      return fold(pool.Promote(c.a));
-    case Op::kRelease:
-      return fold(pool.Release(c.a));
-    case Op::kReleaseMany:
-      return fold(pool.ReleaseMany(ints));
-    case Op::kExtend:
-      return fold(pool.Extend(c.a));
-    case Op::kRetireTop: {
-      auto r = pool.RetireTop();
-      return r.ok() && r->has_value() ? (*r)->relocated_to : -2;
-    }
-    case Op::kApplies:
-      return pool.Applies(seq);
-    case Op::kLookup:
-      return pool.Lookup(c.a).value_or(-1);
-    case Op::kResumableHit:
-      return pool.ResumableHit(seq, c.a, ints, c.flag).value_or(-1);
-    case Op::kReserveMidstep: {
-      const auto positions =
-          absl::MakeConstSpan(t.pairs.data() + c.list_begin, c.list_size);
-      if (scratch.reservations.size() < positions.size()) {
-        scratch.reservations.resize(positions.size());
-      }
-      return pool
-          .ReserveMidstep(seq, positions, absl::MakeSpan(scratch.reservations))
-          .value_or(-1);
-    }
-    case Op::kPublishMidstep: {
-      // JSON null seq (publish without one) arrives as has_seq false.
-      if (c.has_seq) {
-        scratch.seq = seq;
-      } else {
-        scratch.seq.reset();
-      }
-      return fold(pool.PublishMidstep(
-          absl::MakeConstSpan(t.reservations.data() + c.list_begin,
-                              c.list_size),
-          scratch.seq));
-    }
-    case Op::kCancelMidstep:
-      return fold(pool.CancelMidstep(absl::MakeConstSpan(
-          t.reservations.data() + c.list_begin, c.list_size)));
-    case Op::kCheckpoint: {
-      auto r = pool.Checkpoint(seq, c.a, c.b);
-      return r.ok() ? r->state_slot : -1;
-    }
-    case Op::kCheckpointFates:
-      return pool.Fates().kept;
-    case Op::kOccupancy:
-      return pool.GetOccupancy().held;
-    case Op::kRecordRelocation:
-      return fold(pool.RecordRelocation(c.a, c.b));
-    case Op::kTakeRelocations:
-      return static_cast<int64_t>(pool.TakeRelocations().size());
-    case Op::kUnindex:
-      return fold(pool.Unindex(c.a));
-    case Op::kClearIndex:
-      pool.ClearIndex();
-      return 0;
-    case Op::kInvalidate:
-      return fold(pool.Invalidate(c.a));
-    case Op::kPin:
-      return fold(pool.Pin(c.a, c.flag));
-    case Op::kIsPinned:
-      return pool.IsPinned(c.a).value_or(false);
-    case Op::kPinCount:
-      return pool.PinCount(c.a).value_or(-1);
-    case Op::kUnpin:
-      return fold(pool.Unpin(c.a));
-    case Op::kDropReader:
-      return fold(pool.DropReader(c.a));
-    case Op::kReleasePins:
-      pool.ReleasePins();
-      return 0;
-    case Op::kDump:
-      return 0;  // never timed
+// The ops in replay::Op's order: the dispatch table below is built from this
+// list, and a static_assert checks the order against the enum.
+#define STATECACHE_REPLAY_OPS(X)                                             \
+  X(kHasFree)                                                                \
+  X(kNumFree) X(kIsFree) X(kHoldsCheckpoint) X(kPop) X(kPopMany) X(kClaim)   \
+      X(kMarkSpeculative) X(kPromote) X(kRelease) X(kReleaseMany) X(kExtend) \
+          X(kRetireTop) X(kApplies) X(kLookup) X(kResumableHit)              \
+              X(kReserveMidstep) X(kPublishMidstep) X(kCancelMidstep)        \
+                  X(kCheckpoint) X(kCheckpointFates) X(kOccupancy)           \
+                      X(kRecordRelocation) X(kTakeRelocations) X(kUnindex)   \
+                          X(kClearIndex) X(kInvalidate) X(kPin) X(kIsPinned) \
+                              X(kPinCount) X(kUnpin) X(kDropReader)          \
+                                  X(kReleasePins) X(kDump)
+
+constexpr bool InEnumOrder(std::initializer_list<replay::Op> ops) {
+  int i = 0;
+  for (replay::Op op : ops) {
+    if (static_cast<int>(op) != i++) return false;
   }
-  return 0;
+  return i == static_cast<int>(replay::Op::kDump) + 1;
 }
+
+// Runs every call of the log and folds what each returned into a checksum,
+// so nothing can be optimised away. Not replay::Invoke: that builds the
+// printable result (a variant holding the returned vectors), which costs
+// about a quarter of the pool's own time here, and the reference side times
+// bare calls too.
+//
+// Dispatch is threaded (GNU labels as values): each handler ends in its own
+// indirect jump to the next call's handler, so the branch predictor learns
+// the trace's call patterns (lookup -> promote -> claim -> pop_many -> pin)
+// instead of mispredicting one shared switch jump. A scheduler calls the pool
+// directly and dispatches nothing; this keeps the replay's own cost out of
+// what is measured as the pool's (+11% calls/s over a switch).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpedantic"
+int64_t ReplayCalls(SlotPool& pool, const PackedTrace& t, Scratch& scratch) {
+  using replay::Op;
+#define STATECACHE_LABEL_ADDRESS(op) &&op_##op,
+#define STATECACHE_OP_VALUE(op) Op::op,
+  static void* const kHandlers[] = {
+      STATECACHE_REPLAY_OPS(STATECACHE_LABEL_ADDRESS)};
+  static_assert(InEnumOrder({STATECACHE_REPLAY_OPS(STATECACHE_OP_VALUE)}),
+                "STATECACHE_REPLAY_OPS must list replay::Op in order");
+#undef STATECACHE_LABEL_ADDRESS
+#undef STATECACHE_OP_VALUE
+  static const Sequence kNoSeq;
+  auto fold = [](const absl::Status& s) -> int64_t { return s.ok() ? 0 : 1; };
+  const PackedCall* c = t.calls.data();
+  const PackedCall* const end = c + t.calls.size();
+  int64_t sum = 0;
+  // The arguments of the current call.
+#define SEQ (c->has_seq ? t.seqs[c->seq] : kNoSeq)
+#define LIST(array) \
+  absl::MakeConstSpan(t.array.data() + c->list_begin, c->list_size)
+#define NEXT                                  \
+  do {                                        \
+    if (++c == end) return sum;               \
+    goto* kHandlers[static_cast<int>(c->op)]; \
+  } while (0)
+  if (c == end) return 0;
+  goto* kHandlers[static_cast<int>(c->op)];
+op_kHasFree:
+  sum += pool.HasFree(c->a).value_or(false);
+  NEXT;
+op_kNumFree:
+  sum += pool.NumFree();
+  NEXT;
+op_kIsFree:
+  sum += pool.IsFree(c->a).value_or(false);
+  NEXT;
+op_kHoldsCheckpoint:
+  sum += pool.HoldsCheckpoint(c->a).value_or(false);
+  NEXT;
+op_kPop:
+  sum += pool.Pop().value_or(-1);
+  NEXT;
+op_kPopMany : {
+  std::vector<int64_t>& slots = scratch.slots;
+  if (c->a >= 0 && c->a <= pool.NumFree()) slots.resize(c->a);
+  sum += pool.PopMany(c->a, absl::MakeSpan(slots)).ok()
+             ? static_cast<int64_t>(slots.size())
+             : -1;
+  NEXT;
+}
+op_kClaim:
+  sum += fold(pool.Claim(c->a));
+  NEXT;
+op_kMarkSpeculative:
+  sum += fold(pool.MarkSpeculative(c->a));
+  NEXT;
+op_kPromote:
+  sum += fold(pool.Promote(c->a));
+  NEXT;
+op_kRelease:
+  sum += fold(pool.Release(c->a));
+  NEXT;
+op_kReleaseMany:
+  sum += fold(pool.ReleaseMany(LIST(ints)));
+  NEXT;
+op_kExtend:
+  sum += fold(pool.Extend(c->a));
+  NEXT;
+op_kRetireTop : {
+  auto r = pool.RetireTop();
+  sum += r.ok() && r->has_value() ? (*r)->relocated_to : -2;
+  NEXT;
+}
+op_kApplies:
+  sum += pool.Applies(SEQ);
+  NEXT;
+op_kLookup:
+  sum += pool.Lookup(c->a).value_or(-1);
+  NEXT;
+op_kResumableHit:
+  sum += pool.ResumableHit(SEQ, c->a, LIST(ints), c->flag).value_or(-1);
+  NEXT;
+op_kReserveMidstep:
+  if (scratch.reservations.size() < c->list_size) {
+    scratch.reservations.resize(c->list_size);
+  }
+  sum += pool.ReserveMidstep(SEQ, LIST(pairs),
+                             absl::MakeSpan(scratch.reservations))
+             .value_or(-1);
+  NEXT;
+op_kPublishMidstep:
+  // JSON null seq (publish without one) arrives as has_seq false.
+  if (c->has_seq) {
+    scratch.seq = t.seqs[c->seq];
+  } else {
+    scratch.seq.reset();
+  }
+  sum += fold(pool.PublishMidstep(LIST(reservations), scratch.seq));
+  NEXT;
+op_kCancelMidstep:
+  sum += fold(pool.CancelMidstep(LIST(reservations)));
+  NEXT;
+op_kCheckpoint : {
+  auto r = pool.Checkpoint(SEQ, c->a, c->b);
+  sum += r.ok() ? r->state_slot : -1;
+  NEXT;
+}
+op_kCheckpointFates:
+  sum += pool.Fates().kept;
+  NEXT;
+op_kOccupancy:
+  sum += pool.GetOccupancy().held;
+  NEXT;
+op_kRecordRelocation:
+  sum += fold(pool.RecordRelocation(c->a, c->b));
+  NEXT;
+op_kTakeRelocations:
+  sum += static_cast<int64_t>(pool.TakeRelocations().size());
+  NEXT;
+op_kUnindex:
+  sum += fold(pool.Unindex(c->a));
+  NEXT;
+op_kClearIndex:
+  pool.ClearIndex();
+  NEXT;
+op_kInvalidate:
+  sum += fold(pool.Invalidate(c->a));
+  NEXT;
+op_kPin:
+  sum += fold(pool.Pin(c->a, c->flag));
+  NEXT;
+op_kIsPinned:
+  sum += pool.IsPinned(c->a).value_or(false);
+  NEXT;
+op_kPinCount:
+  sum += pool.PinCount(c->a).value_or(-1);
+  NEXT;
+op_kUnpin:
+  sum += fold(pool.Unpin(c->a));
+  NEXT;
+op_kDropReader:
+  sum += fold(pool.DropReader(c->a));
+  NEXT;
+op_kReleasePins:
+  pool.ReleasePins();
+  NEXT;
+op_kDump:  // never in the log
+  NEXT;
+#undef SEQ
+#undef LIST
+#undef NEXT
+}
+#pragma GCC diagnostic pop
+#undef STATECACHE_REPLAY_OPS
 
 void TraceComparison() {
   std::string trace = absl::GetFlag(FLAGS_trace);
@@ -276,9 +352,7 @@ void TraceComparison() {
     // Refusals are counted (a valid trace has none) outside the clock.
     int64_t checksum = 0;
     const auto start = Clock::now();
-    for (const PackedCall& call : packed.calls) {
-      checksum += RunCall(pool, call, packed, scratch);
-    }
+    checksum += ReplayCalls(pool, packed, scratch);
     const double ns =
         std::chrono::duration<double, std::nano>(Clock::now() - start).count();
     int64_t not_ok = 0;
