@@ -15,6 +15,7 @@
 // Every figure is the median of --reps repetitions.
 #include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -87,6 +88,9 @@ struct PackedCall {
   uint32_t seq = 0;  // into PackedTrace::seqs, when has_seq
   int64_t a = 0;
   int64_t b = 0;
+  // The first element of the list (in whichever array), or null; set by
+  // Seal(), for prefetching.
+  const void* list = nullptr;
 };
 
 struct PackedTrace {
@@ -114,6 +118,21 @@ struct PackedTrace {
     if (!c.reservations.empty()) append(reservations, c.reservations);
     calls.push_back(p);
   }
+
+  // Points each call at its list, once the arrays no longer move.
+  void Seal() {
+    for (PackedCall& c : calls) {
+      if (c.list_size == 0) continue;
+      if (c.op == replay::Op::kReserveMidstep) {
+        c.list = pairs.data() + c.list_begin;
+      } else if (c.op == replay::Op::kPublishMidstep ||
+                 c.op == replay::Op::kCancelMidstep) {
+        c.list = reservations.data() + c.list_begin;
+      } else {
+        c.list = ints.data() + c.list_begin;
+      }
+    }
+  }
 };
 
 // Where results land between calls: reused storage, as a C++ caller's is.
@@ -125,17 +144,19 @@ struct Scratch {
 
 // The ops in replay::Op's order: the dispatch table below is built from this
 // list, and a static_assert checks the order against the enum.
-#define STATECACHE_REPLAY_OPS(X)                                             \
-  X(kHasFree)                                                                \
-  X(kNumFree) X(kIsFree) X(kHoldsCheckpoint) X(kPop) X(kPopMany) X(kClaim)   \
-      X(kMarkSpeculative) X(kPromote) X(kRelease) X(kReleaseMany) X(kExtend) \
-          X(kRetireTop) X(kApplies) X(kLookup) X(kResumableHit)              \
-              X(kReserveMidstep) X(kPublishMidstep) X(kCancelMidstep)        \
-                  X(kCheckpoint) X(kCheckpointFates) X(kOccupancy)           \
-                      X(kRecordRelocation) X(kTakeRelocations) X(kUnindex)   \
-                          X(kClearIndex) X(kInvalidate) X(kPin) X(kIsPinned) \
-                              X(kPinCount) X(kUnpin) X(kDropReader)          \
-                                  X(kReleasePins) X(kDump)
+#define STATECACHE_REPLAY_OPS(X)                                           \
+  X(kHasFree)                                                              \
+  X(kNumFree)                                                              \
+  X(kIsFree)                                                               \
+  X(kHoldsCheckpoint) X(kPop) X(kPopMany) X(kClaim) X(kMarkSpeculative)    \
+      X(kPromote) X(kRelease) X(kReleaseMany) X(kExtend) X(kRetireTop)     \
+          X(kApplies) X(kLookup) X(kResumableHit) X(kReserveMidstep)       \
+              X(kPublishMidstep) X(kCancelMidstep) X(kCheckpoint)          \
+                  X(kCheckpointFates) X(kOccupancy) X(kRecordRelocation)   \
+                      X(kTakeRelocations) X(kUnindex) X(kClearIndex)       \
+                          X(kInvalidate) X(kPin) X(kIsPinned) X(kPinCount) \
+                              X(kUnpin) X(kDropReader) X(kReleasePins)     \
+                                  X(kDump)
 
 constexpr bool InEnumOrder(std::initializer_list<replay::Op> ops) {
   int i = 0;
@@ -178,10 +199,19 @@ int64_t ReplayCalls(SlotPool& pool, const PackedTrace& t, Scratch& scratch) {
 #define SEQ (c->has_seq ? t.seqs[c->seq] : kNoSeq)
 #define LIST(array) \
   absl::MakeConstSpan(t.array.data() + c->list_begin, c->list_size)
-#define NEXT                                  \
-  do {                                        \
-    if (++c == end) return sum;               \
-    goto* kHandlers[static_cast<int>(c->op)]; \
+  // A scheduler's arguments are in its cache (it just computed them); the
+  // log's lists stream from megabytes of memory in bursts the hardware
+  // prefetcher does not follow, so fetch the list of the call 8 ahead (its
+  // first two lines: most lists are shorter). +3% calls/s.
+  constexpr std::ptrdiff_t kAhead = 8;
+#define NEXT                                                             \
+  do {                                                                   \
+    if (++c == end) return sum;                                          \
+    if (end - c > kAhead) {                                              \
+      __builtin_prefetch(c[kAhead].list);                                \
+      __builtin_prefetch(static_cast<const char*>(c[kAhead].list) + 64); \
+    }                                                                    \
+    goto* kHandlers[static_cast<int>(c->op)];                            \
   } while (0)
   if (c == end) return 0;
   goto* kHandlers[static_cast<int>(c->op)];
@@ -343,6 +373,7 @@ void TraceComparison() {
     calls.push_back(lines[i].call);
     packed.Add(lines[i].call);
   }
+  packed.Seal();
   const int reps = absl::GetFlag(FLAGS_reps);
   std::vector<double> cpp_rate;
   int64_t refused = 0;
