@@ -29,6 +29,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "daemon/core/huge_page_allocator.h"
 #include "daemon/core/slot_pool.h"
 #include "daemon/replay/trace.h"
 
@@ -94,11 +95,15 @@ struct PackedCall {
 };
 
 struct PackedTrace {
-  std::vector<PackedCall> calls;
-  std::vector<Sequence> seqs;
-  std::vector<int64_t> ints;
-  std::vector<std::pair<int64_t, int64_t>> pairs;
-  std::vector<Reservation> reservations;
+  // On huge pages where the kernel allows: megabytes read in order, where
+  // 4 KiB pages would add a TLB miss every few calls.
+  template <typename T>
+  using Array = std::vector<T, HugePageAllocator<T>>;
+  Array<PackedCall> calls;
+  Array<Sequence> seqs;
+  Array<int64_t> ints;
+  Array<std::pair<int64_t, int64_t>> pairs;
+  Array<Reservation> reservations;
 
   void Add(const replay::Call& c) {
     PackedCall p{.op = c.op, .flag = c.flag, .has_seq = c.seq.has_value()};
@@ -144,19 +149,19 @@ struct Scratch {
 
 // The ops in replay::Op's order: the dispatch table below is built from this
 // list, and a static_assert checks the order against the enum.
-#define STATECACHE_REPLAY_OPS(X)                                           \
-  X(kHasFree)                                                              \
-  X(kNumFree)                                                              \
-  X(kIsFree)                                                               \
-  X(kHoldsCheckpoint) X(kPop) X(kPopMany) X(kClaim) X(kMarkSpeculative)    \
-      X(kPromote) X(kRelease) X(kReleaseMany) X(kExtend) X(kRetireTop)     \
-          X(kApplies) X(kLookup) X(kResumableHit) X(kReserveMidstep)       \
-              X(kPublishMidstep) X(kCancelMidstep) X(kCheckpoint)          \
-                  X(kCheckpointFates) X(kOccupancy) X(kRecordRelocation)   \
-                      X(kTakeRelocations) X(kUnindex) X(kClearIndex)       \
-                          X(kInvalidate) X(kPin) X(kIsPinned) X(kPinCount) \
-                              X(kUnpin) X(kDropReader) X(kReleasePins)     \
-                                  X(kDump)
+#define STATECACHE_REPLAY_OPS(X)                                             \
+  X(kHasFree)                                                                \
+  X(kNumFree)                                                                \
+  X(kIsFree)                                                                 \
+  X(kHoldsCheckpoint)                                                        \
+  X(kPop) X(kPopMany) X(kClaim) X(kMarkSpeculative) X(kPromote) X(kRelease)  \
+      X(kReleaseMany) X(kExtend) X(kRetireTop) X(kApplies) X(kLookup)        \
+          X(kResumableHit) X(kReserveMidstep) X(kPublishMidstep)             \
+              X(kCancelMidstep) X(kCheckpoint) X(kCheckpointFates)           \
+                  X(kOccupancy) X(kRecordRelocation) X(kTakeRelocations)     \
+                      X(kUnindex) X(kClearIndex) X(kInvalidate) X(kPin)      \
+                          X(kIsPinned) X(kPinCount) X(kUnpin) X(kDropReader) \
+                              X(kReleasePins) X(kDump)
 
 constexpr bool InEnumOrder(std::initializer_list<replay::Op> ops) {
   int i = 0;
