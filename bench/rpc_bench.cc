@@ -35,6 +35,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/metrics/metrics.h"
 #include "daemon/service/state_cache.h"
 #include "proto/statecache/v1/statecache.grpc.pb.h"
 
@@ -78,7 +79,9 @@ class Daemon {
       const std::string slots = absl::StrCat("--num_slots=", kSlots);
       execl(bin.c_str(), bin.c_str(), listen.c_str(), ready.c_str(),
             slots.c_str(), "--model_id=bench", "--lease_ttl=60s",
-            "--metrics_address=", static_cast<char*>(nullptr));
+            // Metrics on, as deployed (the per-operation latency histograms
+            // are work every Step pays), on a port of its own.
+            "--metrics_address=127.0.0.1:0", static_cast<char*>(nullptr));
       _exit(127);
     }
     close(fds[1]);
@@ -367,6 +370,9 @@ Latency InProcessStepLatency(int ops, int n, bool wire = false) {
   options.num_slots = kSlots;
   options.transfer = *StateTransfer::Create(TransferKind::kFork, 1, true);
   std::unique_ptr<StateCache> cache = *StateCache::Create(std::move(options));
+  // As the daemon runs by default: with metrics observing every operation.
+  Metrics metrics(cache.get(), Metrics::Options{.version = "bench"});
+  cache->AddObserver(&metrics);
   v1::AttachRequest attach;
   attach.mutable_identity()->set_model_id("bench");
   attach.mutable_identity()->set_hash_block_size(kBlock);

@@ -1,5 +1,6 @@
 #include "daemon/metrics/metrics.h"
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -352,15 +353,34 @@ void Metrics::OnRpc(RpcMethod method, absl::StatusCode code, double seconds) {
   }
 }
 
-void Metrics::OnOperation(v1::Operation::KindCase kind, absl::StatusCode code,
-                          double seconds) {
-  const int k = static_cast<int>(kind);
-  if (k <= 0 || k >= kOps || op_seconds_[k] == nullptr) return;
-  op_seconds_[k]->Observe(seconds);
-  const int c = static_cast<int>(code);
-  if (code != absl::StatusCode::kOk && c >= 0 && c < kCodes &&
-      op_refusals_[k][c] != nullptr) {
-    op_refusals_[k][c]->Increment();
+void Metrics::OnOperations(absl::Span<const OperationSample> samples) {
+  const prometheus::Histogram::BucketBoundaries& bounds = LatencyBuckets();
+  uint32_t used = 0;  // bit k: kind k appears in this Step
+  static_assert(kOps <= 32);
+  for (const OperationSample& s : samples) {
+    const int k = static_cast<int>(s.kind);
+    if (k <= 0 || k >= kOps || op_seconds_[k] == nullptr) continue;
+    std::vector<double>& buckets = op_bucket_scratch_[k];
+    if (buckets.empty()) buckets.assign(bounds.size() + 1, 0);
+    // The bucket Histogram::Observe picks: the first bound >= the value
+    // (le semantics), past the last one for +Inf.
+    const size_t b = static_cast<size_t>(
+        std::lower_bound(bounds.begin(), bounds.end(), s.seconds) -
+        bounds.begin());
+    buckets[b] += 1;
+    op_sum_scratch_[k] += s.seconds;
+    used |= uint32_t{1} << k;
+    const int c = static_cast<int>(s.code);
+    if (s.code != absl::StatusCode::kOk && c >= 0 && c < kCodes &&
+        op_refusals_[k][c] != nullptr) {
+      op_refusals_[k][c]->Increment();
+    }
+  }
+  for (int k = 1; k < kOps; ++k) {
+    if ((used >> k & 1) == 0) continue;
+    op_seconds_[k]->ObserveMultiple(op_bucket_scratch_[k], op_sum_scratch_[k]);
+    std::fill(op_bucket_scratch_[k].begin(), op_bucket_scratch_[k].end(), 0);
+    op_sum_scratch_[k] = 0;
   }
 }
 

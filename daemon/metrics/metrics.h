@@ -59,8 +59,7 @@ class Metrics final : public StateCacheObserver, public RpcObserver {
   // RpcObserver.
   void OnRpc(RpcMethod method, absl::StatusCode code, double seconds) override;
   // StateCacheObserver (called with the core's mutex held: cheap only).
-  void OnOperation(v1::Operation::KindCase kind, absl::StatusCode code,
-                   double seconds) override;
+  void OnOperations(absl::Span<const OperationSample> samples) override;
   bool wants_operations() const override { return true; }
   void OnResize(int64_t from_slots, int64_t to_slots) override;
 
@@ -83,6 +82,11 @@ class Metrics final : public StateCacheObserver, public RpcObserver {
       rpc_refusals_{};
   std::array<prometheus::Histogram*, kOps> op_seconds_{};
   std::array<std::array<prometheus::Counter*, kCodes>, kOps> op_refusals_{};
+  // OnOperations' per-kind bucket counts and sums, folded into op_seconds_
+  // with one ObserveMultiple per kind a Step used (one lock each, not one
+  // per operation). Only touched under the core's mutex.
+  std::array<std::vector<double>, kOps> op_bucket_scratch_;
+  std::array<double, kOps> op_sum_scratch_{};
   prometheus::Counter* resizes_grow_ = nullptr;
   prometheus::Counter* resizes_shrink_ = nullptr;
   std::array<prometheus::Counter*, static_cast<int>(CopyReason::kCount)>

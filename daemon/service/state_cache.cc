@@ -367,10 +367,12 @@ absl::Status StateCache::Step(const v1::StepRequest& request,
     response->set_epoch(epoch_);
     response->mutable_results()->Reserve(request.operations_size());
     const bool timed = timed_operations_;
+    // One clock read per operation boundary: each operation's end is the
+    // next one's start.
+    auto mark = timed ? std::chrono::steady_clock::now()
+                      : std::chrono::steady_clock::time_point();
     for (const v1::Operation& op : request.operations()) {
       v1::OperationResult* result = response->add_results();
-      const auto t0 = timed ? std::chrono::steady_clock::now()
-                            : std::chrono::steady_clock::time_point();
       absl::Status status = RunOperation(*session, op, result);
       if (!status.ok()) {
         result->clear_result();
@@ -378,13 +380,16 @@ absl::Status StateCache::Step(const v1::StepRequest& request,
         result->set_message(std::string(status.message()));
       }
       if (timed) {
-        const double seconds =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
-                .count();
-        for (StateCacheObserver* o : observers_) {
-          o->OnOperation(op.kind_case(), status.code(), seconds);
-        }
+        const auto now = std::chrono::steady_clock::now();
+        samples_.push_back(
+            OperationSample{op.kind_case(), status.code(),
+                            std::chrono::duration<double>(now - mark).count()});
+        mark = now;
       }
+    }
+    if (timed) {
+      for (StateCacheObserver* o : observers_) o->OnOperations(samples_);
+      samples_.clear();
     }
     // A pass may have released the pins a shrink is waiting on.
     if (resize_ && AdvanceResize()) done = FinishResize(absl::OkStatus());
