@@ -59,6 +59,7 @@
 #include "daemon/device/layout_presets.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/service/arena_allocator.h"
+#include "daemon/service/call_tracker.h"
 #include "daemon/service/grpc_service.h"
 #include "daemon/service/log.h"
 #include "daemon/service/session_event_log.h"
@@ -99,8 +100,9 @@ ABSL_FLAG(int32_t, max_ops_per_step, 4096, "Operations one Step may carry.");
 ABSL_FLAG(int64_t, max_message_bytes, int64_t{16} << 20,
           "Largest gRPC message received or sent.");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(2),
-          "On SIGTERM/SIGINT, how long in-flight calls get to finish before "
-          "they are cancelled.");
+          "On SIGTERM/SIGINT, the longest to wait for calls in progress (a "
+          "Step being served on a stream, a Resize) before cancelling them; "
+          "idle connections do not hold up the exit.");
 ABSL_FLAG(int, ready_fd, -1,
           "If >= 0, write \"ready\\n\" to this fd once serving, then close "
           "it.");
@@ -469,11 +471,14 @@ int Serve() {
     LOG_INFO("metrics on http://%s:%d/metrics (port %d)", host, port, port);
   }
   RpcObserver* rpc_observer = metrics_address.empty() ? nullptr : &metrics;
-  StateCacheGrpcService scheduler_service(cache->get(), &events, rpc_observer);
+  CallTracker calls;
+  StateCacheGrpcService scheduler_service(cache->get(), &events, rpc_observer,
+                                          &calls);
   // Step messages live in one arena per call (see arena_allocator.h).
   ArenaMessageAllocator<v1::StepRequest, v1::StepResponse> step_allocator;
   scheduler_service.SetMessageAllocatorFor_Step(&step_allocator);
-  StateCacheAdminGrpcService admin_service(cache->get(), &events, rpc_observer);
+  StateCacheAdminGrpcService admin_service(cache->get(), &events, rpc_observer,
+                                           &calls);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -525,12 +530,24 @@ int Serve() {
            absl::FormatDuration(absl::GetFlag(FLAGS_shutdown_grace)));
 
   // Refuse new sessions and tell health checkers first, then let calls in
-  // flight finish; after the grace period gRPC cancels the rest (a pending
-  // Resize call finishes CANCELLED).
+  // flight finish: a Step being served on a stream and a Resize get up to
+  // the grace period (after it, a pending Resize call finishes CANCELLED).
+  // gRPC's own Shutdown would also wait that long for every idle connection
+  // to go away (see call_tracker.h), so it gets only the grace that is left,
+  // at most kUnaryTail: ample for unary calls, which answer in microseconds.
+  constexpr absl::Duration kUnaryTail = absl::Milliseconds(200);
   (*cache)->SetDraining(true);
   set_serving(false);
+  const absl::Time grace_end =
+      absl::Now() + absl::GetFlag(FLAGS_shutdown_grace);
+  if (calls.in_flight() > 0) {
+    LOG_INFO("waiting for %d call(s) in progress", calls.in_flight());
+    if (const int64_t left = calls.WaitIdle(grace_end); left > 0) {
+      LOG_WARNING("grace period over: cancelling %d call(s) in progress", left);
+    }
+  }
   server->Shutdown(
-      absl::ToChronoTime(absl::Now() + absl::GetFlag(FLAGS_shutdown_grace)));
+      absl::ToChronoTime(std::min(grace_end, absl::Now() + kUnaryTail)));
   maintenance.Stop();
   server.reset();
   // Destroying the cache cancels a resize still pending in the core; the

@@ -56,8 +56,12 @@ grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context,
 class StepStreamReactor final
     : public grpc::ServerBidiReactor<v1::StepRequest, v1::StepResponse> {
  public:
-  StepStreamReactor(StateCache* cache, RpcObserver* observer, std::string peer)
-      : cache_(cache), observer_(observer), peer_(std::move(peer)) {
+  StepStreamReactor(StateCache* cache, RpcObserver* observer,
+                    CallTracker* calls, std::string peer)
+      : cache_(cache),
+        observer_(observer),
+        calls_(calls),
+        peer_(std::move(peer)) {
     LOG_DEBUG("rpc StepStream peer=%s opened", peer_);
     StartRead(&request_);
   }
@@ -69,11 +73,14 @@ class StepStreamReactor final
       Finish(grpc::Status::OK);
       return;
     }
+    // From here until its reply is written, a shutdown waits for this step.
+    SetServing(true);
     RunStep();
     StartWrite(&response_);
   }
 
   void OnWriteDone(bool ok) override {
+    SetServing(false);
     if (!ok) {
       Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE,
                           "StepStream: the response could not be sent"));
@@ -82,9 +89,22 @@ class StepStreamReactor final
     StartRead(&request_);
   }
 
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    SetServing(false);
+    delete this;
+  }
 
  private:
+  void SetServing(bool serving) {
+    if (calls_ == nullptr || serving == serving_) return;
+    serving_ = serving;
+    if (serving) {
+      calls_->Begin();
+    } else {
+      calls_->End();
+    }
+  }
+
   // Fills response_ for request_. A message refused as a whole carries the
   // refusal in error_code/error_message and no results.
   void RunStep() {
@@ -120,7 +140,9 @@ class StepStreamReactor final
 
   StateCache* const cache_;
   RpcObserver* const observer_;
+  CallTracker* const calls_;
   const std::string peer_;
+  bool serving_ = false;  // a step read and not yet answered
   std::string session_id_;
   int64_t steps_ = 0;
   // Reused for every message: the protocol has one message in flight.
@@ -139,12 +161,17 @@ class StepStreamReactor final
 class ResizeReactor final : public grpc::ServerUnaryReactor {
  public:
   ResizeReactor(grpc::CallbackServerContext* context,
-                v1::ResizeResponse* response, RpcObserver* observer)
+                v1::ResizeResponse* response, RpcObserver* observer,
+                CallTracker* calls)
       : observer_(observer),
+        calls_(calls),
         shared_(std::make_shared<Shared>()),
         response_(response),
         peer_(context->peer()),
-        start_(absl::Now()) {}
+        start_(absl::Now()) {
+    // A shutdown waits (up to its grace) for the resize's answer.
+    if (calls_ != nullptr) calls_->Begin();
+  }
 
   // Starts the resize. May finish the call before it returns.
   void Start(StateCache& cache, const v1::ResizeRequest& request) {
@@ -178,7 +205,10 @@ class ResizeReactor final : public grpc::ServerUnaryReactor {
     Finish(grpc::Status(grpc::StatusCode::CANCELLED, "Resize call cancelled"));
   }
 
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    if (calls_ != nullptr) calls_->End();
+    delete this;
+  }
 
  private:
   struct Shared {
@@ -194,6 +224,7 @@ class ResizeReactor final : public grpc::ServerUnaryReactor {
   };
 
   RpcObserver* const observer_;
+  CallTracker* const calls_;
   const std::shared_ptr<Shared> shared_;
   v1::ResizeResponse* const response_;
   const std::string peer_;
@@ -206,8 +237,9 @@ class ResizeReactor final : public grpc::ServerUnaryReactor {
 
 StateCacheGrpcService::StateCacheGrpcService(StateCache* cache,
                                              SessionEventLog* events,
-                                             RpcObserver* observer)
-    : cache_(cache), events_(events), observer_(observer) {}
+                                             RpcObserver* observer,
+                                             CallTracker* calls)
+    : cache_(cache), events_(events), observer_(observer), calls_(calls) {}
 
 grpc::ServerUnaryReactor* StateCacheGrpcService::Attach(
     grpc::CallbackServerContext* context, const v1::AttachRequest* request,
@@ -265,7 +297,7 @@ grpc::ServerUnaryReactor* StateCacheGrpcService::Step(
 
 grpc::ServerBidiReactor<v1::StepRequest, v1::StepResponse>*
 StateCacheGrpcService::StepStream(grpc::CallbackServerContext* context) {
-  return new StepStreamReactor(cache_, observer_, context->peer());
+  return new StepStreamReactor(cache_, observer_, calls_, context->peer());
 }
 
 grpc::ServerUnaryReactor* StateCacheGrpcService::Ping(
@@ -280,8 +312,9 @@ grpc::ServerUnaryReactor* StateCacheGrpcService::Ping(
 
 StateCacheAdminGrpcService::StateCacheAdminGrpcService(StateCache* cache,
                                                        SessionEventLog* events,
-                                                       RpcObserver* observer)
-    : cache_(cache), events_(events), observer_(observer) {}
+                                                       RpcObserver* observer,
+                                                       CallTracker* calls)
+    : cache_(cache), events_(events), observer_(observer), calls_(calls) {}
 
 grpc::ServerUnaryReactor* StateCacheAdminGrpcService::GetStats(
     grpc::CallbackServerContext* context, const v1::GetStatsRequest* request,
@@ -307,7 +340,7 @@ grpc::ServerUnaryReactor* StateCacheAdminGrpcService::ListSessions(
 grpc::ServerUnaryReactor* StateCacheAdminGrpcService::Resize(
     grpc::CallbackServerContext* context, const v1::ResizeRequest* request,
     v1::ResizeResponse* response) {
-  auto* reactor = new ResizeReactor(context, response, observer_);
+  auto* reactor = new ResizeReactor(context, response, observer_, calls_);
   reactor->Start(*cache_, *request);
   return reactor;
 }

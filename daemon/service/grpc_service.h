@@ -23,6 +23,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "daemon/service/call_tracker.h"
 #include "daemon/service/rpc_observer.h"
 #include "daemon/service/session_event_log.h"
 #include "daemon/service/state_cache.h"
@@ -32,10 +33,12 @@ namespace statecache {
 
 class StateCacheGrpcService final : public v1::StateCache::CallbackService {
  public:
-  // None is owned; `observer` may be null. REQUIRES: all outlive every call
-  // (shut the server down before destroying them).
+  // None is owned; `observer` and `calls` may be null. REQUIRES: all outlive
+  // every call (shut the server down before destroying them). `calls` counts
+  // each Step a stream is serving, from its read to its reply's write.
   StateCacheGrpcService(StateCache* cache, SessionEventLog* events,
-                        RpcObserver* observer = nullptr);
+                        RpcObserver* observer = nullptr,
+                        CallTracker* calls = nullptr);
 
   grpc::ServerUnaryReactor* Attach(grpc::CallbackServerContext* context,
                                    const v1::AttachRequest* request,
@@ -59,14 +62,17 @@ class StateCacheGrpcService final : public v1::StateCache::CallbackService {
   StateCache* const cache_;
   SessionEventLog* const events_;
   RpcObserver* const observer_;
+  CallTracker* const calls_;
 };
 
 class StateCacheAdminGrpcService final
     : public v1::StateCacheAdmin::CallbackService {
  public:
-  // None is owned; `observer` may be null. REQUIRES: all outlive every call.
+  // None is owned; `observer` and `calls` may be null. REQUIRES: all outlive
+  // every call. `calls` counts each Resize call until it is over.
   StateCacheAdminGrpcService(StateCache* cache, SessionEventLog* events,
-                             RpcObserver* observer = nullptr);
+                             RpcObserver* observer = nullptr,
+                             CallTracker* calls = nullptr);
 
   grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* context,
                                      const v1::GetStatsRequest* request,
@@ -94,6 +100,7 @@ class StateCacheAdminGrpcService final
   StateCache* const cache_;
   SessionEventLog* const events_;
   RpcObserver* const observer_;
+  CallTracker* const calls_;
 };
 
 }  // namespace statecache

@@ -1,9 +1,11 @@
 // Daemon restarts: a client notices a restart it did not see (its session is
 // gone, the epoch changed) and re-attaches; a second daemon refuses to steal
 // a socket a live daemon serves.
+#include <signal.h>
 #include <sys/stat.h>
 
 #include <string>
+#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -198,6 +200,90 @@ TEST(ShutdownTest, SigtermWithClientsConnectedAndAStreamOpenExitsCleanly) {
   EXPECT_FALSE(stream->Read(&response));
   EXPECT_FALSE(stream->Finish().ok());
   EXPECT_FALSE((*client)->Ping().ok());
+}
+
+// Schedulers stay connected: an idle connection, and a StepStream open
+// between steps, must not hold up a restart. gRPC's Shutdown alone waited the
+// whole --shutdown_grace for them to go away (20 s here).
+TEST(ShutdownTest, IdleConnectionsAndStreamsDoNotHoldUpExit) {
+  constexpr absl::Duration kGrace = absl::Seconds(20);
+  auto daemon = DaemonProcess::Start(WithIdentity(
+      {"--num_slots=8",
+       absl::StrCat("--shutdown_grace=", absl::FormatDuration(kGrace))}));
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  auto client = Client::Connect((*daemon)->address());
+  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_TRUE((*client)->Attach(TestIdentity(), "idle").ok());
+  StepBuilder step;
+  step.BeginPass();
+  ASSERT_TRUE((*client)->Step(step).ok());
+  ASSERT_TRUE((*client)->StepStreamed(step).ok());  // the stream stays open
+  RawStubs stubs((*daemon)->address());
+  v1::PingResponse pong;
+  ASSERT_TRUE(stubs.scheduler->Ping(Ctx().get(), {}, &pong).ok());
+
+  const absl::Time start = absl::Now();
+  auto exit = (*daemon)->Stop(kGrace + absl::Seconds(10));
+  const absl::Duration took = absl::Now() - start;
+  ASSERT_TRUE(exit.ok()) << exit.status();
+  EXPECT_TRUE(exit->exited && exit->code == 0) << exit->ToString();
+  EXPECT_LT(took, absl::Seconds(5)) << (*daemon)->log();
+  RecordProperty("shutdown_ms", absl::StrCat(absl::ToInt64Milliseconds(took)));
+}
+
+// A call whose work is under way when SIGTERM arrives is waited for: a shrink
+// pending on a held slot finishes (and answers OK) once the slot is released
+// during the drain, and the daemon exits right after, long before its grace.
+TEST(ShutdownTest, AResizeInProgressIsWaitedForThenExitFollows) {
+  constexpr absl::Duration kGrace = absl::Seconds(20);
+  auto daemon = DaemonProcess::Start(WithIdentity(
+      {"--num_slots=4",
+       absl::StrCat("--shutdown_grace=", absl::FormatDuration(kGrace))}));
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  auto scheduler = Client::Connect((*daemon)->address());
+  ASSERT_TRUE(scheduler.ok()) << scheduler.status();
+  ASSERT_TRUE((*scheduler)->Attach(TestIdentity(), "holder").ok());
+  StepBuilder admit;
+  admit.Admit("r", 4, 10, 10, {}, 0);  // every slot
+  auto admitted = (*scheduler)->Step(admit);
+  ASSERT_TRUE(admitted.ok()) << admitted.status();
+  ASSERT_TRUE(admitted->results[0].ok()) << admitted->results[0].status();
+
+  auto admin = Client::Connect((*daemon)->address());
+  ASSERT_TRUE(admin.ok()) << admin.status();
+  absl::StatusOr<ResizeResult> shrunk;
+  std::thread resize([&] { shrunk = (*admin)->Resize(2, absl::Seconds(60)); });
+  // Once a no-op resize is refused as ABORTED, the shrink is pending.
+  auto probe = Client::Connect((*daemon)->address());
+  ASSERT_TRUE(probe.ok()) << probe.status();
+  absl::Status second;
+  do {
+    second = (*probe)->Resize(4).status();
+  } while (second.ok());
+  ASSERT_TRUE(absl::IsAborted(second)) << second;
+
+  const absl::Time start = absl::Now();
+  ASSERT_EQ(::kill((*daemon)->pid(), SIGTERM), 0);
+  // Draining: the session still runs its requests; the release lets the
+  // shrink finish.
+  StepBuilder release;
+  release.Release("r");
+  absl::StatusOr<StepResults> released;
+  do {
+    released = (*scheduler)->Step(release);
+  } while (!released.ok() && absl::Now() - start < absl::Seconds(10));
+  ASSERT_TRUE(released.ok()) << released.status();
+  resize.join();
+  ASSERT_TRUE(shrunk.ok()) << shrunk.status();
+  EXPECT_EQ(shrunk->num_slots, 2);
+
+  auto exit = (*daemon)->Stop(kGrace + absl::Seconds(10));
+  const absl::Duration took = absl::Now() - start;
+  ASSERT_TRUE(exit.ok()) << exit.status();
+  EXPECT_TRUE(exit->exited && exit->code == 0) << exit->ToString();
+  EXPECT_LT(took, absl::Seconds(5)) << (*daemon)->log();
+  EXPECT_TRUE(absl::StrContains((*daemon)->log(), "waiting for 1 call(s)"))
+      << (*daemon)->log();
 }
 
 }  // namespace
