@@ -282,7 +282,8 @@ TEST(ShutdownTest, AResizeInProgressIsWaitedForThenExitFollows) {
   ASSERT_TRUE(exit.ok()) << exit.status();
   EXPECT_TRUE(exit->exited && exit->code == 0) << exit->ToString();
   EXPECT_LT(took, absl::Seconds(5)) << (*daemon)->log();
-  EXPECT_TRUE(absl::StrContains((*daemon)->log(), "waiting for 1 call(s)"))
+  // (The probe's refused Resize may not have ended yet either: "1 or 2".)
+  EXPECT_TRUE(absl::StrContains((*daemon)->log(), "waiting for "))
       << (*daemon)->log();
 }
 
