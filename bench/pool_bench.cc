@@ -74,12 +74,12 @@ std::string RunCommand(const std::string& cmd) {
 // ---------------------------------------------------------------- part (a)
 
 // The trace's calls with their arguments converted, packed for replay: one
-// 32-byte record per call and each kind of list in one array, all in call
+// 40-byte record per call and each kind of list in one array, all in call
 // order. A scheduler's arguments are in its cache (it just computed them);
-// read in order from contiguous arrays, the log's are too (the hardware
-// prefetcher streams them), so what is timed is the pool and not the log.
-// replay::Call (a 152-byte record with three heap vectors) made the log's
-// cache misses a third of the measured time.
+// the log's records stream in order, and ReplayCalls prefetches the lists
+// (which the hardware prefetcher does not follow), so what is timed is the
+// pool and not the log. replay::Call (a 152-byte record with three heap
+// vectors) made the log's cache misses a third of the measured time.
 struct PackedCall {
   replay::Op op;
   bool flag = false;
