@@ -405,17 +405,21 @@ absl::StatusOr<int64_t> SlotPool::ResumableHit(
   if (!Applies(seq)) return hit;
   // Nothing is kept under replay: the resuming forward rebuilds the state.
   if (transfer_.replays()) return hit;
+  // Block i leaves room to fork iff num_tokens - (i+1)*hbs >= fork_tokens,
+  // i.e. (i+1)*hbs <= limit: blocks [0, deepest) do, and the walk starts
+  // there instead of testing each block (caller-supplied values: no
+  // overflow on the way).
   const int64_t min_fork_tokens = transfer_.fork_tokens();
-  for (int64_t i = hit - 1; i >= 0; --i) {
-    // num_tokens - (i+1)*hbs >= min_fork_tokens, without overflow on
-    // caller-supplied values. Tested before the lookup: it is cheaper.
-    int64_t covered = 0;
-    int64_t room = 0;
-    if (__builtin_mul_overflow(i + 1, hash_block_size_, &covered) ||
-        __builtin_sub_overflow(seq.num_tokens, covered, &room) ||
-        room < min_fork_tokens) {
-      continue;
-    }
+  int64_t limit = 0;
+  int64_t deepest = 0;
+  if (__builtin_sub_overflow(seq.num_tokens, min_fork_tokens, &limit)) {
+    // Beyond int64: below its range (no block has room) when fork_tokens is
+    // positive, above it (every block has) when negative.
+    deepest = min_fork_tokens > 0 ? 0 : hit;
+  } else if (limit >= 0) {
+    deepest = std::min(hit, limit / hash_block_size_);
+  }
+  for (int64_t i = deepest - 1; i >= 0; --i) {
     if (assume_checkpointed || hash_to_slot_.Contains(block_hashes[i])) {
       return i + 1;
     }

@@ -3,6 +3,7 @@
 // expectation (EXPECT_DUMP) is the reference's own `dump` output for the same
 // call sequence, as run_trace.py prints it.
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -847,13 +848,27 @@ TEST(SlotPoolRules, ResumableHitWalksBackToACheckpointWithForkRoom) {
   };
   const std::vector<Row> rows = {
       {300, 6, false, 4},  // L=6 leaves 300-384 < 1; L=4 leaves 44
-      {300, 6, true, 4},  {256, 6, false, 2},  // L=4 leaves 0 < 1
-      {256, 6, true, 3},                       // any boundary: L=3 leaves 64
-      {257, 6, false, 4},                      // L=4 leaves exactly 1
-      {128, 6, false, 0}, {128, 6, true, 1},  {129, 6, false, 2},
-      {64, 6, false, 0},  {64, 6, true, 0},   {500, 6, false, 6},
+      {300, 6, true, 4},
+      {256, 6, false, 2},  // L=4 leaves 0 < 1
+      {256, 6, true, 3},   // any boundary: L=3 leaves 64
+      {257, 6, false, 4},  // L=4 leaves exactly 1
+      {128, 6, false, 0},
+      {128, 6, true, 1},
+      {129, 6, false, 2},
+      {64, 6, false, 0},
+      {64, 6, true, 0},
+      {500, 6, false, 6},
       {300, 3, false, 2},  // only the first 3 blocks are looked at
-      {300, 0, false, 0}, {300, 0, true, 0},
+      {300, 0, false, 0},
+      {300, 0, true, 0},
+      // Caller-supplied extremes: no overflow, every block / none has room.
+      {std::numeric_limits<int64_t>::max(), 6, false, 6},
+      {std::numeric_limits<int64_t>::max(), 6, true, 6},
+      {std::numeric_limits<int64_t>::min(), 6, false, 0},
+      {std::numeric_limits<int64_t>::min(), 6, true, 0},
+      {-1, 6, true, 0},
+      {0, 6, true, 0},
+      {65, 6, true, 1},
   };
   for (const Row& r : rows) {
     SCOPED_TRACE(testing::Message() << "tokens=" << r.tokens << " hit=" << r.hit
