@@ -148,21 +148,20 @@ struct Scratch {
 };
 
 // The ops in replay::Op's order: the dispatch table below is built from this
-// list, and a static_assert checks the order against the enum.
-#define STATECACHE_REPLAY_OPS(X)                                             \
-  X(kHasFree)                                                                \
-  X(kNumFree)                                                                \
-  X(kIsFree)                                                                 \
-  X(kHoldsCheckpoint)                                                        \
-  X(kPop)                                                                    \
-  X(kPopMany) X(kClaim) X(kMarkSpeculative) X(kPromote) X(kRelease)          \
-      X(kReleaseMany) X(kExtend) X(kRetireTop) X(kApplies) X(kLookup)        \
-          X(kResumableHit) X(kReserveMidstep) X(kPublishMidstep)             \
-              X(kCancelMidstep) X(kCheckpoint) X(kCheckpointFates)           \
-                  X(kOccupancy) X(kRecordRelocation) X(kTakeRelocations)     \
-                      X(kUnindex) X(kClearIndex) X(kInvalidate) X(kPin)      \
-                          X(kIsPinned) X(kPinCount) X(kUnpin) X(kDropReader) \
-                              X(kReleasePins) X(kDump)
+// list, and a static_assert checks the order against the enum. (Not
+// clang-formatted: it indents each line of an X-macro list deeper, anew on
+// every run.)
+// clang-format off
+#define STATECACHE_REPLAY_OPS(X) \
+  X(kHasFree) X(kNumFree) X(kIsFree) X(kHoldsCheckpoint) X(kPop) \
+  X(kPopMany) X(kClaim) X(kMarkSpeculative) X(kPromote) X(kRelease) \
+  X(kReleaseMany) X(kExtend) X(kRetireTop) X(kApplies) X(kLookup) \
+  X(kResumableHit) X(kReserveMidstep) X(kPublishMidstep) X(kCancelMidstep) \
+  X(kCheckpoint) X(kCheckpointFates) X(kOccupancy) X(kRecordRelocation) \
+  X(kTakeRelocations) X(kUnindex) X(kClearIndex) X(kInvalidate) X(kPin) \
+  X(kIsPinned) X(kPinCount) X(kUnpin) X(kDropReader) X(kReleasePins) \
+  X(kDump)
+// clang-format on
 
 constexpr bool InEnumOrder(std::initializer_list<replay::Op> ops) {
   int i = 0;
