@@ -59,16 +59,20 @@ void SlotPool::GrowTo(int64_t capacity) {
 
 // ---------------------------------------------------------------- checks
 
-absl::Status SlotPool::CheckHashes(absl::Span<const int64_t> hashes,
+template <typename Item, typename HashOf>
+absl::Status SlotPool::CheckHashes(absl::Span<const Item> items, HashOf hash_of,
                                    const char* what) {
-  // The sign bits of all hashes at once (a loop the compiler vectorises);
-  // the slow loop only to name the first negative one.
+  // The sign bits of all hashes at once (no branch per item); the slow loop
+  // only to name the first negative one.
   uint64_t any_negative = 0;
-  for (int64_t h : hashes) any_negative |= static_cast<uint64_t>(h);
+  for (const Item& item : items) {
+    any_negative |= static_cast<uint64_t>(hash_of(item));
+  }
   if (ABSL_PREDICT_TRUE(static_cast<int64_t>(any_negative) >= 0)) {
     return absl::OkStatus();
   }
-  for (int64_t h : hashes) RETURN_IF_ERROR(CheckHash(h, what));
+  for (const Item& item : items)
+    RETURN_IF_ERROR(CheckHash(hash_of(item), what));
   return absl::OkStatus();
 }
 
@@ -401,7 +405,8 @@ absl::StatusOr<int64_t> SlotPool::ResumableHit(
         absl::StrCat("resumable_hit: hit ", hit, " outside [0, ",
                      block_hashes.size(), "] (the blocks given)"));
   }
-  RETURN_IF_ERROR(CheckHashes(block_hashes, "resumable_hit: block hash"));
+  RETURN_IF_ERROR(CheckHashes(
+      block_hashes, [](int64_t h) { return h; }, "resumable_hit: block hash"));
   if (!Applies(seq)) return hit;
   // Nothing is kept under replay: the resuming forward rebuilds the state.
   if (transfer_.replays()) return hit;
@@ -443,18 +448,9 @@ absl::StatusOr<int64_t> SlotPool::ReserveMidstep(
     const Sequence& seq,
     absl::Span<const std::pair<int64_t, int64_t>> positions,
     absl::Span<Reservation> out) {
-  {
-    // The sign bits of all hashes at once; the slow loop only to name one.
-    uint64_t any_negative = 0;
-    for (const auto& [pos, hash] : positions) {
-      any_negative |= static_cast<uint64_t>(hash);
-    }
-    if (ABSL_PREDICT_FALSE(static_cast<int64_t>(any_negative) < 0)) {
-      for (const auto& [pos, hash] : positions) {
-        RETURN_IF_ERROR(CheckHash(hash, "reserve_midstep: hash"));
-      }
-    }
-  }
+  RETURN_IF_ERROR(CheckHashes(
+      positions, [](const auto& position) { return position.second; },
+      "reserve_midstep: hash"));
   if (out.size() < positions.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("reserve_midstep: room for ", out.size(),

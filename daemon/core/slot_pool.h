@@ -352,7 +352,9 @@ class SlotPool {
     if (ABSL_PREDICT_FALSE(hash < 0)) return NegativeHash(hash, what);
     return absl::OkStatus();
   }
-  static absl::Status CheckHashes(absl::Span<const int64_t> hashes,
+  // CheckHash for hash_of(item) of each item (defined in slot_pool.cc).
+  template <typename Item, typename HashOf>
+  static absl::Status CheckHashes(absl::Span<const Item> items, HashOf hash_of,
                                   const char* what);
   ABSL_ATTRIBUTE_NOINLINE static absl::Status NegativeHash(int64_t hash,
                                                            const char* what);

@@ -11,7 +11,6 @@ void VacantSet::Grow(int64_t capacity) {
                              words_.begin() + (capacity_ + 63) / 64);
   leaf.resize((capacity + 63) / 64, 0);
   capacity_ = capacity;
-  words_.clear();
   num_levels_ = 0;
   int64_t words = static_cast<int64_t>(leaf.size());
   words_ = std::move(leaf);

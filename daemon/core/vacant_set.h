@@ -71,9 +71,9 @@ class VacantSet {
   // the bit to clear at every level is its word's lowest set bit, the one
   // the descent followed.
   int64_t TakeMin() {
-    if (size_ == 0) return -1;
-    --size_;
     if (num_levels_ == 2) {
+      if (size_ == 0) return -1;
+      --size_;
       // Pools of 65 to 4096 slots, straight-line.
       uint64_t& top = Word(1, 0);
       const int64_t word_index = std::countr_zero(top);
@@ -83,10 +83,9 @@ class VacantSet {
       if (leaf == 0) top &= top - 1;
       return index;
     }
-    int64_t index = 0;
-    for (int level = num_levels_; level-- > 0;) {
-      index = index * 64 + std::countr_zero(Word(level, index));
-    }
+    const int64_t index = Min();
+    if (index < 0) return -1;
+    --size_;
     int64_t word_index = index / 64;
     for (int level = 0; level < num_levels_; ++level) {
       uint64_t& word = Word(level, word_index);
