@@ -540,8 +540,8 @@ int Serve() {
   set_serving(false);
   const absl::Time grace_end =
       absl::Now() + absl::GetFlag(FLAGS_shutdown_grace);
-  if (calls.in_flight() > 0) {
-    LOG_INFO("waiting for %d call(s) in progress", calls.in_flight());
+  if (const int64_t busy = calls.in_flight(); busy > 0) {
+    LOG_INFO("waiting for %d call(s) in progress", busy);
     if (const int64_t left = calls.WaitIdle(grace_end); left > 0) {
       LOG_WARNING("grace period over: cancelling %d call(s) in progress", left);
     }

@@ -276,6 +276,7 @@ Metrics::Metrics(StateCache* cache, Options options)
     const char* name = OperationName(k);
     if (name == nullptr) continue;
     op_seconds_[k] = &op_seconds.Add({{"op", name}}, LatencyBuckets());
+    op_bucket_scratch_[k].assign(LatencyBuckets().size() + 1, 0);  // + Inf
     for (absl::StatusCode code : kRefusalCodes) {
       op_refusals_[k][static_cast<int>(code)] =
           &op_refusals.Add({{"op", name}, {"code", CodeName(code)}});
@@ -360,14 +361,12 @@ void Metrics::OnOperations(absl::Span<const OperationSample> samples) {
   for (const OperationSample& s : samples) {
     const int k = static_cast<int>(s.kind);
     if (k <= 0 || k >= kOps || op_seconds_[k] == nullptr) continue;
-    std::vector<double>& buckets = op_bucket_scratch_[k];
-    if (buckets.empty()) buckets.assign(bounds.size() + 1, 0);
     // The bucket Histogram::Observe picks: the first bound >= the value
     // (le semantics), past the last one for +Inf.
     const size_t b = static_cast<size_t>(
         std::lower_bound(bounds.begin(), bounds.end(), s.seconds) -
         bounds.begin());
-    buckets[b] += 1;
+    op_bucket_scratch_[k][b] += 1;
     op_sum_scratch_[k] += s.seconds;
     used |= uint32_t{1} << k;
     const int c = static_cast<int>(s.code);
