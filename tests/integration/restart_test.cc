@@ -4,8 +4,10 @@
 #include <signal.h>
 #include <sys/stat.h>
 
+#include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -157,17 +159,38 @@ TEST(RestartTest, SecondDaemonOnALiveSocketIsRefused) {
   EXPECT_TRUE((*first)->StopCleanly().ok());
 }
 
+// A daemon with --shutdown_grace=`grace` besides `flags`.
+absl::StatusOr<std::unique_ptr<DaemonProcess>> StartWithGrace(
+    absl::Duration grace, std::vector<std::string> flags) {
+  flags.push_back(
+      absl::StrCat("--shutdown_grace=", absl::FormatDuration(grace)));
+  return DaemonProcess::Start(WithIdentity(std::move(flags)));
+}
+
+// Stops `daemon` (SIGTERM; SIGKILL after `timeout`), expects exit code 0 and
+// returns how long after `since` it was gone (recorded as shutdown_ms).
+absl::Duration ExpectCleanStop(DaemonProcess& daemon, absl::Duration timeout,
+                               absl::Time since) {
+  auto exit = daemon.Stop(timeout);
+  const absl::Duration took = absl::Now() - since;
+  EXPECT_TRUE(exit.ok() && exit->exited && exit->code == 0)
+      << (exit.ok() ? exit->ToString() : exit.status().ToString()) << "\n"
+      << daemon.log();
+  ::testing::Test::RecordProperty(
+      "shutdown_ms", absl::StrCat(absl::ToInt64Milliseconds(took)));
+  return took;
+}
+
 // SIGTERM while schedulers are connected, one with a StepStream open (and the
 // metrics endpoint on): the daemon drains and exits 0 within its
 // --shutdown_grace (plus slack), and the open stream ends instead of
 // hanging.
 TEST(ShutdownTest, SigtermWithClientsConnectedAndAStreamOpenExitsCleanly) {
   constexpr absl::Duration kGrace = absl::Milliseconds(300);
-  auto daemon = DaemonProcess::Start(WithIdentity(
-      {"--num_slots=8",
-       absl::StrCat("--shutdown_grace=", absl::FormatDuration(kGrace)),
-       // The default configuration serves metrics too.
-       "--metrics_address=127.0.0.1:0"}));
+  auto daemon =
+      StartWithGrace(kGrace, {"--num_slots=8",
+                              // The default configuration serves metrics too.
+                              "--metrics_address=127.0.0.1:0"});
   ASSERT_TRUE(daemon.ok()) << daemon.status();
   auto client = Client::Connect((*daemon)->address());
   ASSERT_TRUE(client.ok()) << client.status();
@@ -188,14 +211,8 @@ TEST(ShutdownTest, SigtermWithClientsConnectedAndAStreamOpenExitsCleanly) {
   ASSERT_TRUE(stream->Read(&response));
   EXPECT_EQ(response.error_code(), 0) << response.error_message();
 
-  const absl::Time start = absl::Now();
-  auto exit = (*daemon)->Stop(absl::Seconds(20));
-  const absl::Duration took = absl::Now() - start;
-  ASSERT_TRUE(exit.ok()) << exit.status();
-  EXPECT_TRUE(exit->exited && exit->code == 0) << exit->ToString() << "\n"
-                                               << (*daemon)->log();
-  EXPECT_LT(took, kGrace + absl::Seconds(5));
-  RecordProperty("shutdown_ms", absl::StrCat(absl::ToInt64Milliseconds(took)));
+  EXPECT_LT(ExpectCleanStop(**daemon, absl::Seconds(20), absl::Now()),
+            kGrace + absl::Seconds(5));
   // The stream was ended by the daemon, not left hanging.
   EXPECT_FALSE(stream->Read(&response));
   EXPECT_FALSE(stream->Finish().ok());
@@ -207,9 +224,7 @@ TEST(ShutdownTest, SigtermWithClientsConnectedAndAStreamOpenExitsCleanly) {
 // whole --shutdown_grace for them to go away (20 s here).
 TEST(ShutdownTest, IdleConnectionsAndStreamsDoNotHoldUpExit) {
   constexpr absl::Duration kGrace = absl::Seconds(20);
-  auto daemon = DaemonProcess::Start(WithIdentity(
-      {"--num_slots=8",
-       absl::StrCat("--shutdown_grace=", absl::FormatDuration(kGrace))}));
+  auto daemon = StartWithGrace(kGrace, {"--num_slots=8"});
   ASSERT_TRUE(daemon.ok()) << daemon.status();
   auto client = Client::Connect((*daemon)->address());
   ASSERT_TRUE(client.ok()) << client.status();
@@ -222,13 +237,8 @@ TEST(ShutdownTest, IdleConnectionsAndStreamsDoNotHoldUpExit) {
   v1::PingResponse pong;
   ASSERT_TRUE(stubs.scheduler->Ping(Ctx().get(), {}, &pong).ok());
 
-  const absl::Time start = absl::Now();
-  auto exit = (*daemon)->Stop(kGrace + absl::Seconds(10));
-  const absl::Duration took = absl::Now() - start;
-  ASSERT_TRUE(exit.ok()) << exit.status();
-  EXPECT_TRUE(exit->exited && exit->code == 0) << exit->ToString();
-  EXPECT_LT(took, absl::Seconds(5)) << (*daemon)->log();
-  RecordProperty("shutdown_ms", absl::StrCat(absl::ToInt64Milliseconds(took)));
+  EXPECT_LT(ExpectCleanStop(**daemon, kGrace + absl::Seconds(10), absl::Now()),
+            absl::Seconds(5));
 }
 
 // A call whose work is under way when SIGTERM arrives is waited for: a shrink
@@ -236,9 +246,7 @@ TEST(ShutdownTest, IdleConnectionsAndStreamsDoNotHoldUpExit) {
 // during the drain, and the daemon exits right after, long before its grace.
 TEST(ShutdownTest, AResizeInProgressIsWaitedForThenExitFollows) {
   constexpr absl::Duration kGrace = absl::Seconds(20);
-  auto daemon = DaemonProcess::Start(WithIdentity(
-      {"--num_slots=4",
-       absl::StrCat("--shutdown_grace=", absl::FormatDuration(kGrace))}));
+  auto daemon = StartWithGrace(kGrace, {"--num_slots=4"});
   ASSERT_TRUE(daemon.ok()) << daemon.status();
   auto scheduler = Client::Connect((*daemon)->address());
   ASSERT_TRUE(scheduler.ok()) << scheduler.status();
@@ -283,11 +291,9 @@ TEST(ShutdownTest, AResizeInProgressIsWaitedForThenExitFollows) {
   ASSERT_TRUE(shrunk.ok()) << shrunk.status();
   EXPECT_EQ(shrunk->num_slots, 2);
 
-  auto exit = (*daemon)->Stop(kGrace + absl::Seconds(10));
-  const absl::Duration took = absl::Now() - start;
-  ASSERT_TRUE(exit.ok()) << exit.status();
-  EXPECT_TRUE(exit->exited && exit->code == 0) << exit->ToString();
-  EXPECT_LT(took, absl::Seconds(5)) << (*daemon)->log();
+  // From SIGTERM: the wait for the resize and the exit after it.
+  EXPECT_LT(ExpectCleanStop(**daemon, kGrace + absl::Seconds(10), start),
+            absl::Seconds(5));
 }
 
 }  // namespace
