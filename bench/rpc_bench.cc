@@ -48,6 +48,9 @@ ABSL_FLAG(std::string, rows, "",
           "only the latency rows whose name contains this (Ping always runs: "
           "it is the baseline); empty: all");
 ABSL_FLAG(bool, throughput, true, "also measure steps/s by session count");
+ABSL_FLAG(bool, wire_breakdown, false,
+          "time a pass's serialisation and parsing on each side and the "
+          "core's Step, stage by stage, in-process");
 ABSL_FLAG(bool, in_process_only, false,
           "time only StateCache::Step in-process (for profiling the core)");
 
@@ -412,6 +415,89 @@ Latency InProcessStepLatency(int ops, int n, bool wire = false) {
   return Summarise(us);
 }
 
+// The same 256-op passes taken apart stage by stage, each timed on its own
+// (median of n): what each side pays to carry a pass through gRPC's own
+// serialisation (grpc::SerializationTraits into and out of a ByteBuffer, the
+// path a call takes), next to the core's Step.
+void WireBreakdown(int ops, int n) {
+  StateCacheOptions options;
+  options.identity.set_model_id("bench");
+  options.identity.set_hash_block_size(kBlock);
+  options.num_slots = kSlots;
+  options.transfer = *StateTransfer::Create(TransferKind::kFork, 1, true);
+  std::unique_ptr<StateCache> cache = *StateCache::Create(std::move(options));
+  Metrics metrics(cache.get(), Metrics::Options{.version = "bench"});
+  cache->AddObserver(&metrics);
+  v1::AttachRequest attach;
+  attach.mutable_identity()->set_model_id("bench");
+  attach.mutable_identity()->set_hash_block_size(kBlock);
+  v1::AttachResponse attached;
+  (void)cache->Attach(attach, &attached);
+  Scheduler sched(attached.session_id(), ops, 7);
+  for (int i = 0; i < 50; ++i) {
+    v1::StepResponse resp;
+    (void)cache->Step(sched.NextPass(), &resp);
+  }
+  std::vector<double> t[5];
+  size_t req_bytes = 0, resp_bytes = 0;
+  v1::StepResponse client_resp;
+  auto us_since = [](Clock::time_point t0) {
+    return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+  };
+  for (int i = 0; i < n; ++i) {
+    const v1::StepRequest req = sched.NextPass();
+    google::protobuf::Arena arena;
+    auto* server_req =
+        google::protobuf::Arena::CreateMessage<v1::StepRequest>(&arena);
+    auto* resp =
+        google::protobuf::Arena::CreateMessage<v1::StepResponse>(&arena);
+    grpc::ByteBuffer req_buf, resp_buf;
+    bool own = false;
+    auto t0 = Clock::now();
+    (void)grpc::SerializationTraits<v1::StepRequest>::Serialize(req, &req_buf,
+                                                                &own);
+    t[0].push_back(us_since(t0));
+    req_bytes = req_buf.Length();
+    t0 = Clock::now();
+    if (!grpc::SerializationTraits<v1::StepRequest>::Deserialize(&req_buf,
+                                                                 server_req)
+             .ok()) {
+      std::exit(1);
+    }
+    t[1].push_back(us_since(t0));
+    t0 = Clock::now();
+    (void)cache->Step(*server_req, resp);
+    t[2].push_back(us_since(t0));
+    t0 = Clock::now();
+    (void)grpc::SerializationTraits<v1::StepResponse>::Serialize(
+        *resp, &resp_buf, &own);
+    t[3].push_back(us_since(t0));
+    resp_bytes = resp_buf.Length();
+    client_resp.Clear();
+    t0 = Clock::now();
+    if (!grpc::SerializationTraits<v1::StepResponse>::Deserialize(&resp_buf,
+                                                                  &client_resp)
+             .ok()) {
+      std::exit(1);
+    }
+    t[4].push_back(us_since(t0));
+  }
+  const char* names[] = {"client: serialise request", "daemon: parse request",
+                         "daemon: Step (core)", "daemon: serialise response",
+                         "client: parse response"};
+  std::printf(
+      "a %d-op pass stage by stage (request %zu bytes, response %zu "
+      "bytes), p50 us:\n",
+      ops, req_bytes, resp_bytes);
+  double total = 0;
+  for (int k = 0; k < 5; ++k) {
+    const double m = Summarise(t[k]).p50_us;
+    total += m;
+    std::printf("  %-28s %8.1f\n", names[k], m);
+  }
+  std::printf("  %-28s %8.1f\n", "sum", total);
+}
+
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -423,6 +509,11 @@ double Median(std::vector<double> v) {
 int main(int argc, char** argv) {
   using namespace statecache;
   absl::ParseCommandLine(argc, argv);
+  if (absl::GetFlag(FLAGS_wire_breakdown)) {
+    for (int ops : {64, 256})
+      WireBreakdown(ops, absl::GetFlag(FLAGS_iterations));
+    return 0;
+  }
   if (absl::GetFlag(FLAGS_in_process_only)) {
     for (int ops : {64, 256}) {
       for (bool wire : {false, true}) {

@@ -5,12 +5,13 @@
 #ifndef STATECACHE_DAEMON_SERVICE_SESSION_H_
 #define STATECACHE_DAEMON_SERVICE_SESSION_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
-#include "absl/container/btree_map.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
@@ -34,12 +35,28 @@ struct Request {
   int64_t anchor_pos = 0;
 };
 
-// A fork-source pin taken by one session (counted per session so that one
-// scheduler's clock never frees a source another still reads).
+// A fork-source slot this session pins: how many of the pool's pins on it
+// are this session's (counted per session so that one scheduler's clock never
+// frees a source another still reads), and which of its requests read it
+// next (one or two in practice, hence the inline vector). Never more readers
+// than pins: each reader came with a pin, and a reader leaves no later than
+// its pin does.
 struct SessionPin {
   int32_t count = 0;
   // Read by the batch the session's next pass builds: survives one tick.
   bool deferred = false;
+  absl::InlinedVector<Request*, 2> readers;
+
+  // No-op if `request` is not a reader.
+  void RemoveReader(const Request* request) {
+    for (size_t i = 0; i < readers.size(); ++i) {
+      if (readers[i] == request) {
+        readers[i] = readers.back();
+        readers.pop_back();
+        return;
+      }
+    }
+  }
 };
 
 // A live request's slot moved by a shrink, reported at the next begin_pass.
@@ -56,29 +73,24 @@ struct Session {
   absl::Time attached_at;
   absl::Time last_seen;
   absl::flat_hash_map<std::string, std::unique_ptr<Request>> requests;
-  // Slot -> this session's pins on it; ordered, so the clock releases in
-  // slot order as the reference's release_pins does.
-  absl::btree_map<int64_t, SessionPin> pins;
-  // Slot -> requests of this session whose fork source it is (a slot has
-  // one or two readers in practice, hence the inline vector).
-  absl::flat_hash_map<int64_t, absl::InlinedVector<Request*, 2>> readers;
+  // Slot -> this session's pins on it and their readers. A hash map, not
+  // an ordered one: it changes on most operations of a pass, and the clock,
+  // which must release in slot order as the reference's release_pins does,
+  // sorts its slots once per pass (SortedPins) instead.
+  absl::flat_hash_map<int64_t, SessionPin> pins;
 
-  void AddReader(int64_t slot, Request* request) {
-    readers[slot].push_back(request);
-  }
-  // No-op if `request` is not a reader of `slot`.
+  // No-op if `slot` is not pinned or `request` does not read it.
   void RemoveReader(int64_t slot, const Request* request) {
-    auto it = readers.find(slot);
-    if (it == readers.end()) return;
-    auto& list = it->second;
-    for (size_t i = 0; i < list.size(); ++i) {
-      if (list[i] == request) {
-        list[i] = list.back();
-        list.pop_back();
-        break;
-      }
-    }
-    if (list.empty()) readers.erase(it);
+    auto it = pins.find(slot);
+    if (it != pins.end()) it->second.RemoveReader(request);
+  }
+  // The pins in slot order, into `out` (cleared first). The pointers stay
+  // valid until `pins` grows; erasing other slots does not move them.
+  void SortedPins(std::vector<std::pair<int64_t, SessionPin*>>& out) {
+    out.clear();
+    for (auto& [slot, pin] : pins) out.emplace_back(slot, &pin);
+    std::sort(out.begin(), out.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
   }
   std::vector<PendingMove> moves;
 };

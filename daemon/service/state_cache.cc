@@ -302,10 +302,13 @@ int32_t StateCache::EndSession(std::string session_id, SessionEnd how) {
   for (Request* request : requests) ReleaseRequest(session, *request);
   const int32_t released = static_cast<int32_t>(requests.size());
   session.requests.clear();
-  // The pins its clock still holds go back as the clock would return them.
-  for (const auto& [slot, pin] : session.pins) {
-    (void)pool_.ReleasePin(slot, pin.count);
+  // The pins its clock still holds go back as the clock would return them,
+  // in slot order.
+  session.SortedPins(sorted_pins_);
+  for (const auto& [slot, pin] : sorted_pins_) {
+    (void)pool_.ReleasePin(slot, pin->count);
   }
+  sorted_pins_.clear();
   session.pins.clear();
   for (StateCacheObserver* o : observers_) {
     o->OnSessionEnded(session_id, session.client_name, how, released);
@@ -486,25 +489,20 @@ absl::Status StateCache::BeginPass(Session& session,
   // The session's pin clock, in slot order like the reference's
   // release_pins: deferred pins survive one more pass, the rest go back.
   int32_t released = 0;
-  for (auto it = session.pins.begin(); it != session.pins.end();) {
-    const int64_t slot = it->first;
-    SessionPin& pin = it->second;
-    if (pin.deferred) {
-      pin.deferred = false;
+  session.SortedPins(sorted_pins_);
+  for (const auto& [slot, pin] : sorted_pins_) {
+    if (pin->deferred) {
+      pin->deferred = false;
       (void)pool_.EndDeferral(slot);
-      ++it;
       continue;
     }
-    (void)pool_.ReleasePin(slot, pin.count);
-    released += pin.count;
+    (void)pool_.ReleasePin(slot, pin->count);
+    released += pin->count;
     // Its readers forget it: the slot may be handed to someone else now.
-    auto readers = session.readers.find(slot);
-    if (readers != session.readers.end()) {
-      for (Request* reader : readers->second) reader->fork_src = -1;
-      session.readers.erase(readers);
-    }
-    it = session.pins.erase(it);
+    for (Request* reader : pin->readers) reader->fork_src = -1;
+    session.pins.erase(slot);
   }
+  sorted_pins_.clear();
   result->set_pins_released(released);
   return absl::OkStatus();
 }
@@ -571,7 +569,7 @@ absl::Status StateCache::Admit(Session& session, const v1::Admit& op,
       (void)pool_.Pin(src, /*reader_is_next_batch=*/false);
       SessionPin& pin = session.pins[src];
       ++pin.count;
-      session.AddReader(src, request.get());
+      pin.readers.push_back(request.get());
       request->fork_src = src;
       outcome = ResumeOutcome::kFork;
     } else {
@@ -689,13 +687,13 @@ absl::Status StateCache::CheckpointOp(Session& session,
   request->slots[0] = forked.state_slot;
   SetOwner(forked.state_slot, &session, request, 0);
   ClearOwner(old);
+  // The request now reads `old` next; an earlier source stays on the clock.
+  if (request->fork_src >= 0) session.RemoveReader(request->fork_src, request);
   SessionPin& pin = session.pins[old];
   ++pin.count;
   pin.deferred = true;
-  // The request now reads `old` next; an earlier source stays on the clock.
-  if (request->fork_src >= 0) session.RemoveReader(request->fork_src, request);
+  pin.readers.push_back(request);
   request->fork_src = old;
-  session.AddReader(old, request);
   return absl::OkStatus();
 }
 
@@ -722,7 +720,6 @@ absl::Status StateCache::AdoptForkSourceOp(Session& session,
   (void)pool_.Invalidate(src);
   (void)pool_.Unpin(src);
   session.pins.erase(pin);
-  session.readers.erase(src);
   ClearOwner(fresh);
   request->slots[0] = src;
   request->fork_src = -1;
@@ -758,9 +755,9 @@ void StateCache::ReleaseRequest(Session& session, Request& request) {
     auto pin = session.pins.find(src);
     if (pin != session.pins.end()) {
       (void)pool_.DropReader(src);
+      pin->second.RemoveReader(&request);
       if (--pin->second.count == 0) session.pins.erase(pin);
     }
-    session.RemoveReader(src, &request);
     request.fork_src = -1;
   }
 }
@@ -1168,13 +1165,12 @@ absl::Status StateCache::CheckInvariants() const {
                                                 " has count ", pin.count));
       }
       pins[slot] += pin.count;
-    }
-    for (const auto& [slot, readers] : session->readers) {
-      if (!session->pins.contains(slot)) {
-        return absl::InternalError(absl::StrCat(
-            "slot ", slot, " has readers but no pin in session ", id));
+      if (pin.readers.size() > static_cast<size_t>(pin.count)) {
+        return absl::InternalError(
+            absl::StrCat("slot ", slot, " has ", pin.readers.size(),
+                         " readers but ", pin.count, " pins in session ", id));
       }
-      for (const Request* reader : readers) {
+      for (const Request* reader : pin.readers) {
         auto req = session->requests.find(reader->id);
         if (req == session->requests.end() || req->second.get() != reader ||
             reader->fork_src != slot) {

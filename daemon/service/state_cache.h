@@ -259,6 +259,9 @@ class StateCache {
   bool timed_operations_ = false;
   // The current Step's samples (reused: no allocation per Step).
   std::vector<OperationSample> samples_ ABSL_GUARDED_BY(mu_);
+  // A session's pins in slot order, for its clock (reused).
+  std::vector<std::pair<int64_t, SessionPin*>> sorted_pins_
+      ABSL_GUARDED_BY(mu_);
 
   mutable absl::Mutex mu_;
   SlotPool pool_ ABSL_GUARDED_BY(mu_);
