@@ -8,7 +8,9 @@
 //     of a one-operation Step, and of Steps of 64 and 256 realistic
 //     operations (a scheduler pass: begin_pass, admissions that resume from
 //     earlier turns, checkpoints, releases), unary and over StepStream, each
-//     printed as a ratio to Ping's;
+//     printed as a ratio to Ping's; and the 256-op request refused whole
+//     (unknown session), which is what carrying it costs with no operation
+//     run;
 //   * steps/s with 1, 4 and 16 concurrent sessions (one thread each, 64-op
 //     steps over StepStream).
 // Every figure is the median over --reps runs.
@@ -299,6 +301,39 @@ Latency UnaryStepLatency(v1::StateCache::Stub& stub, int ops, int n) {
   return Summarise(us);
 }
 
+// The same passes, each refused whole for an unknown session id: the daemon
+// parses the request, finds no session and answers NOT_FOUND, so no
+// operation runs. What carrying a pass's request costs by itself (the
+// client's serialisation, the socket, gRPC, the daemon's parsing), to set
+// against the full Step.
+Latency RefusedStepLatency(v1::StateCache::Stub& stub, int ops, int n) {
+  Scheduler sched(Attach(stub), ops, 7);
+  for (int i = 0; i < 50; ++i) {  // passes of the same size as the Step row's
+    grpc::ClientContext ctx;
+    v1::StepResponse resp;
+    (void)stub.Step(&ctx, sched.NextPass(), &resp);
+  }
+  std::vector<double> us;
+  us.reserve(n);
+  v1::StepResponse resp;
+  for (int i = 0; i < n; ++i) {
+    v1::StepRequest req = sched.NextPass();
+    req.set_session_id("no-such-session");
+    grpc::ClientContext ctx;
+    const auto t0 = Clock::now();
+    grpc::Status s = stub.Step(&ctx, req, &resp);
+    us.push_back(
+        std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    if (s.error_code() != grpc::StatusCode::NOT_FOUND) {
+      std::fprintf(stderr, "refused step: expected NOT_FOUND, got %d %s\n",
+                   s.error_code(), s.error_message().c_str());
+      std::exit(1);
+    }
+  }
+  Detach(stub, sched.session());
+  return Summarise(us);
+}
+
 Latency StreamStepLatency(v1::StateCache::Stub& stub, int ops, int n) {
   Scheduler sched(Attach(stub), ops, 11);
   grpc::ClientContext ctx;
@@ -543,6 +578,7 @@ int main(int argc, char** argv) {
       {"Step, 1 op", [&] { return UnaryStepLatency(*stub, 1, n); }},
       {"Step, 64 ops", [&] { return UnaryStepLatency(*stub, 64, n); }},
       {"Step, 256 ops", [&] { return UnaryStepLatency(*stub, 256, n); }},
+      {"  256 ops, refused", [&] { return RefusedStepLatency(*stub, 256, n); }},
       {"StepStream, 1 op", [&] { return StreamStepLatency(*stub, 1, n); }},
       {"StepStream, 64 ops", [&] { return StreamStepLatency(*stub, 64, n); }},
       {"StepStream, 256 ops", [&] { return StreamStepLatency(*stub, 256, n); }},
