@@ -1,6 +1,7 @@
 // rpc_bench: what a pass costs over the wire, against an empty call.
 //
 //   rpc_bench [--statecached=PATH] [--iterations=N] [--reps=N]
+//   rpc_bench --wire_breakdown   (in-process: each stage of a pass, timed)
 //
 // Starts its own statecached on a Unix socket in a temporary directory and
 // measures, on that socket in the same run:
@@ -272,13 +273,18 @@ Latency PingLatency(v1::StateCache::Stub& stub, int n) {
   return Summarise(us);
 }
 
-Latency UnaryStepLatency(v1::StateCache::Stub& stub, int ops, int n) {
-  Scheduler sched(Attach(stub), ops, 7);
-  for (int i = 0; i < 50; ++i) {  // fill the running batch, untimed
+// Fills the scheduler's running batch with 50 unary passes, untimed.
+void FillBatch(v1::StateCache::Stub& stub, Scheduler& sched) {
+  for (int i = 0; i < 50; ++i) {
     grpc::ClientContext ctx;
     v1::StepResponse resp;
     (void)stub.Step(&ctx, sched.NextPass(), &resp);
   }
+}
+
+Latency UnaryStepLatency(v1::StateCache::Stub& stub, int ops, int n) {
+  Scheduler sched(Attach(stub), ops, 7);
+  FillBatch(stub, sched);
   std::vector<double> us;
   us.reserve(n);
   // Reused, as a scheduler would: parsing into it reuses its sub-messages.
@@ -308,11 +314,7 @@ Latency UnaryStepLatency(v1::StateCache::Stub& stub, int ops, int n) {
 // against the full Step.
 Latency RefusedStepLatency(v1::StateCache::Stub& stub, int ops, int n) {
   Scheduler sched(Attach(stub), ops, 7);
-  for (int i = 0; i < 50; ++i) {  // passes of the same size as the Step row's
-    grpc::ClientContext ctx;
-    v1::StepResponse resp;
-    (void)stub.Step(&ctx, sched.NextPass(), &resp);
-  }
+  FillBatch(stub, sched);
   std::vector<double> us;
   us.reserve(n);
   v1::StepResponse resp;
@@ -395,6 +397,37 @@ double Throughput(const std::string& address, int sessions, double seconds) {
   return steps.load() / elapsed;
 }
 
+// A StateCache in this process as the daemon runs it by default (metrics
+// observing every operation), with one attached session whose scheduler has
+// filled its running batch (50 passes, untimed).
+struct InProcessCache {
+  std::unique_ptr<StateCache> cache;
+  std::unique_ptr<Metrics> metrics;
+  std::unique_ptr<Scheduler> sched;
+
+  explicit InProcessCache(int ops) {
+    StateCacheOptions options;
+    options.identity.set_model_id("bench");
+    options.identity.set_hash_block_size(kBlock);
+    options.num_slots = kSlots;
+    options.transfer = *StateTransfer::Create(TransferKind::kFork, 1, true);
+    cache = *StateCache::Create(std::move(options));
+    metrics = std::make_unique<Metrics>(cache.get(),
+                                        Metrics::Options{.version = "bench"});
+    cache->AddObserver(metrics.get());
+    v1::AttachRequest attach;
+    attach.mutable_identity()->set_model_id("bench");
+    attach.mutable_identity()->set_hash_block_size(kBlock);
+    v1::AttachResponse attached;
+    (void)cache->Attach(attach, &attached);
+    sched = std::make_unique<Scheduler>(attached.session_id(), ops, 7);
+    for (int i = 0; i < 50; ++i) {
+      v1::StepResponse resp;
+      (void)cache->Step(sched->NextPass(), &resp);
+    }
+  }
+};
+
 // The same passes through StateCache::Step in this process: what the core
 // costs, without gRPC, protobuf parsing or the socket.
 // With `wire`, each pass also makes the trip protobuf makes between the
@@ -402,25 +435,9 @@ double Throughput(const std::string& address, int sessions, double seconds) {
 // response serialised and parsed back; what is left between this and a
 // unary Step is gRPC and the socket.
 Latency InProcessStepLatency(int ops, int n, bool wire = false) {
-  StateCacheOptions options;
-  options.identity.set_model_id("bench");
-  options.identity.set_hash_block_size(kBlock);
-  options.num_slots = kSlots;
-  options.transfer = *StateTransfer::Create(TransferKind::kFork, 1, true);
-  std::unique_ptr<StateCache> cache = *StateCache::Create(std::move(options));
-  // As the daemon runs by default: with metrics observing every operation.
-  Metrics metrics(cache.get(), Metrics::Options{.version = "bench"});
-  cache->AddObserver(&metrics);
-  v1::AttachRequest attach;
-  attach.mutable_identity()->set_model_id("bench");
-  attach.mutable_identity()->set_hash_block_size(kBlock);
-  v1::AttachResponse attached;
-  (void)cache->Attach(attach, &attached);
-  Scheduler sched(attached.session_id(), ops, 7);
-  for (int i = 0; i < 50; ++i) {
-    v1::StepResponse resp;
-    (void)cache->Step(sched.NextPass(), &resp);
-  }
+  InProcessCache in(ops);
+  StateCache* cache = in.cache.get();
+  Scheduler& sched = *in.sched;
   std::vector<double> us;
   us.reserve(n);
   for (int i = 0; i < n; ++i) {
@@ -455,24 +472,9 @@ Latency InProcessStepLatency(int ops, int n, bool wire = false) {
 // serialisation (grpc::SerializationTraits into and out of a ByteBuffer, the
 // path a call takes), next to the core's Step.
 void WireBreakdown(int ops, int n) {
-  StateCacheOptions options;
-  options.identity.set_model_id("bench");
-  options.identity.set_hash_block_size(kBlock);
-  options.num_slots = kSlots;
-  options.transfer = *StateTransfer::Create(TransferKind::kFork, 1, true);
-  std::unique_ptr<StateCache> cache = *StateCache::Create(std::move(options));
-  Metrics metrics(cache.get(), Metrics::Options{.version = "bench"});
-  cache->AddObserver(&metrics);
-  v1::AttachRequest attach;
-  attach.mutable_identity()->set_model_id("bench");
-  attach.mutable_identity()->set_hash_block_size(kBlock);
-  v1::AttachResponse attached;
-  (void)cache->Attach(attach, &attached);
-  Scheduler sched(attached.session_id(), ops, 7);
-  for (int i = 0; i < 50; ++i) {
-    v1::StepResponse resp;
-    (void)cache->Step(sched.NextPass(), &resp);
-  }
+  InProcessCache in(ops);
+  StateCache* cache = in.cache.get();
+  Scheduler& sched = *in.sched;
   std::vector<double> t[5];
   size_t req_bytes = 0, resp_bytes = 0;
   v1::StepResponse client_resp;
