@@ -304,7 +304,7 @@ int32_t StateCache::EndSession(std::string session_id, SessionEnd how) {
   session.requests.clear();
   // The pins its clock still holds go back as the clock would return them,
   // in slot order.
-  session.SortedPins(sorted_pins_);
+  session.SortedPins(sorted_pins_, sort_scratch_);
   for (const auto& [slot, pin] : sorted_pins_) {
     (void)pool_.ReleasePin(slot, pin->count);
   }
@@ -488,14 +488,20 @@ absl::Status StateCache::BeginPass(Session& session,
   session.moves.clear();
   // The session's pin clock, in slot order like the reference's
   // release_pins: deferred pins survive one more pass, the rest go back.
+  // Deferrals end in any order (each touches only its own slot); releases
+  // refile slots, so they go in slot order, and only they are sorted.
   int32_t released = 0;
-  session.SortedPins(sorted_pins_);
-  for (const auto& [slot, pin] : sorted_pins_) {
-    if (pin->deferred) {
-      pin->deferred = false;
+  sorted_pins_.clear();
+  for (auto& [slot, pin] : session.pins) {
+    if (pin.deferred) {
+      pin.deferred = false;
       (void)pool_.EndDeferral(slot);
-      continue;
+    } else {
+      sorted_pins_.emplace_back(slot, &pin);
     }
+  }
+  SortBySlot(sorted_pins_, sort_scratch_);
+  for (const auto& [slot, pin] : sorted_pins_) {
     (void)pool_.ReleasePin(slot, pin->count);
     released += pin->count;
     // Its readers forget it: the slot may be handed to someone else now.

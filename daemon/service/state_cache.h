@@ -262,6 +262,8 @@ class StateCache {
   // A session's pins in slot order, for its clock (reused).
   std::vector<std::pair<int64_t, SessionPin*>> sorted_pins_
       ABSL_GUARDED_BY(mu_);
+  std::vector<std::pair<int64_t, SessionPin*>> sort_scratch_
+      ABSL_GUARDED_BY(mu_);
 
   mutable absl::Mutex mu_;
   SlotPool pool_ ABSL_GUARDED_BY(mu_);

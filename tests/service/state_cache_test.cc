@@ -222,6 +222,49 @@ TEST(StateCacheTest, CheckpointThenResumeForksFromTheCheckpoint) {
   EXPECT_TRUE(f.cache->CheckInvariants().ok()) << f.cache->CheckInvariants();
 }
 
+// The clock releases a session's pins in slot order, however many there are
+// (past the clock's radix-sort cut-over): 150 fork-source pins, taken in a
+// shuffled order, come back in slot order. Each is a speculative checkpoint
+// (its request never reached the boundary), which release files at the LRU
+// head, so head first the LRU reads 149, 148, ..., 0; any other release
+// order scrambles it.
+TEST(StateCacheTest, ClockReleasesManyPinsInSlotOrder) {
+  constexpr int kRequests = 150;
+  Fixture f(/*num_slots=*/512);
+  const std::string s = f.Attach();
+  for (int first = 0; first < kRequests; first += 50) {
+    StepBuilder admit(s);
+    for (int i = first; i < first + 50; ++i) {
+      admit.Admit(absl::StrCat("r", i), 1, 10, {}, 0);
+    }
+    RunStep(*f.cache, admit);  // cold starts: request i holds slot i
+  }
+  std::vector<int> order(kRequests);
+  for (int i = 0; i < kRequests; ++i) order[i] = i;
+  std::shuffle(order.begin(), order.end(), std::mt19937(5));
+  for (int first = 0; first < kRequests; first += 50) {
+    StepBuilder checkpoint(s);
+    for (int k = first; k < first + 50; ++k) {
+      checkpoint.Checkpoint(absl::StrCat("r", order[k]), 0, 1000 + order[k]);
+    }
+    auto resp = RunStep(*f.cache, checkpoint);
+    for (const auto& r : resp.results()) {
+      ASSERT_EQ(r.code(), 0) << r.message();
+      ASSERT_TRUE(r.checkpoint().kept());
+    }
+  }
+  EXPECT_EQ(f.cache->DumpPool().pinned.size(), static_cast<size_t>(kRequests));
+  RunStep(*f.cache, StepBuilder(s).BeginPass());  // deferrals end
+  auto pass = RunStep(*f.cache, StepBuilder(s).BeginPass());
+  EXPECT_EQ(pass.results(0).begin_pass().pins_released(), kRequests);
+  std::vector<int64_t> want(kRequests);
+  for (int i = 0; i < kRequests; ++i) want[i] = kRequests - 1 - i;
+  const PoolSnapshot pool = f.cache->DumpPool();
+  EXPECT_EQ(pool.checkpointed, want);
+  EXPECT_EQ(pool.speculative.size(), static_cast<size_t>(kRequests));
+  EXPECT_TRUE(f.cache->CheckInvariants().ok()) << f.cache->CheckInvariants();
+}
+
 TEST(StateCacheTest, ResumeAdoptsTheCheckpointWhenTooFewSlotsAreFree) {
   Fixture f(2);
   const std::string s = f.Attach();
