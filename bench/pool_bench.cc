@@ -627,17 +627,24 @@ void SizeScaling() {
   const int reps = absl::GetFlag(FLAGS_reps);
   const int64_t mix = absl::GetFlag(FLAGS_mix_calls);
   std::printf(
-      "\n(b) per-call cost of one call mix, %lld calls per run, median of %d\n",
+      "\n(b) per-call cost of one call mix, %lld calls per run, median of %d\n"
+      "    (each repetition runs every size in turn; a size's ratio is the "
+      "median of its repetitions' ratios)\n",
       static_cast<long long>(mix), reps);
-  double base = 0;
-  for (int64_t n : sizes) {
-    std::vector<double> v;
-    for (int r = 0; r < reps; ++r)
-      v.push_back(MixNanosPerCall(n, mix, 1000 + r));
-    const double med = Median(v);
-    if (base == 0) base = med;
+  // Sizes interleaved within each repetition rather than all of one size
+  // then all of the next, so machine drift moves a ratio's two sides
+  // together (as in (a)).
+  std::vector<std::vector<double>> ns(sizes.size());
+  for (int r = 0; r < reps; ++r) {
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      ns[i].push_back(MixNanosPerCall(sizes[i], mix, 1000 + r));
+    }
+  }
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    std::vector<double> ratios;
+    for (int r = 0; r < reps; ++r) ratios.push_back(ns[i][r] / ns[0][r]);
     std::printf("    %9lld slots  %7.1f ns/call  %5.2fx the %lld-slot cost\n",
-                static_cast<long long>(n), med, med / base,
+                static_cast<long long>(sizes[i]), Median(ns[i]), Median(ratios),
                 static_cast<long long>(sizes[0]));
   }
 }
