@@ -428,8 +428,9 @@ class SlotPool {
   int64_t num_free_ = 0;
   VacantSet vacant_;  // free slots with hash == -1
   IntrusiveLru<SlotState, decltype(slots_)>
-      checkpointed_;             // free slots with a hash, LRU order
-  std::vector<int32_t> pinned_;  // slots with pins > 0, unordered
+      checkpointed_;                   // free slots with a hash, LRU order
+  std::vector<int32_t> pinned_;        // slots with pins > 0, unordered
+  std::vector<int32_t> sort_scratch_;  // ReleasePins' room to sort pinned_
   HashIndex hash_to_slot_;
   std::vector<std::pair<int64_t, int64_t>> relocations_;
   CheckpointFates fates_;

@@ -17,6 +17,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/time/time.h"
 #include "daemon/core/slot_pool.h"
+#include "daemon/core/slot_sort.h"
 
 namespace statecache {
 
@@ -67,31 +68,6 @@ struct PendingMove {
   int64_t to_slot = -1;
 };
 
-// Sorts (slot, pin) pairs by slot, using `scratch` (any contents) as room.
-// A pass's clock sorts every pin it releases, a hundred or more in a big
-// batch, where a comparison sort's mispredicted branches cost ~20 ns an
-// element; so from 64 pairs up this is an LSD radix sort on the slot's bytes
-// (one pass per byte the largest slot needs: two below 65536 slots).
-// REQUIRES: every slot >= 0; slots distinct.
-inline void SortBySlot(std::vector<std::pair<int64_t, SessionPin*>>& pins,
-                       std::vector<std::pair<int64_t, SessionPin*>>& scratch) {
-  if (pins.size() < 64) {
-    std::sort(pins.begin(), pins.end(),
-              [](const auto& a, const auto& b) { return a.first < b.first; });
-    return;
-  }
-  int64_t max_slot = 0;
-  for (const auto& p : pins) max_slot = std::max(max_slot, p.first);
-  scratch.resize(pins.size());
-  for (int shift = 0; shift == 0 || (max_slot >> shift) != 0; shift += 8) {
-    size_t start[257] = {};
-    for (const auto& p : pins) ++start[((p.first >> shift) & 0xff) + 1];
-    for (int d = 0; d < 256; ++d) start[d + 1] += start[d];
-    for (const auto& p : pins) scratch[start[(p.first >> shift) & 0xff]++] = p;
-    pins.swap(scratch);
-  }
-}
-
 struct Session {
   std::string id;
   std::string client_name;
@@ -116,7 +92,7 @@ struct Session {
                   std::vector<std::pair<int64_t, SessionPin*>>& scratch) {
     out.clear();
     for (auto& [slot, pin] : pins) out.emplace_back(slot, &pin);
-    SortBySlot(out, scratch);
+    SortBySlot(out, scratch, [](const auto& p) { return p.first; });
   }
   std::vector<PendingMove> moves;
 };

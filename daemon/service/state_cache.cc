@@ -500,7 +500,8 @@ absl::Status StateCache::BeginPass(Session& session,
       sorted_pins_.emplace_back(slot, &pin);
     }
   }
-  SortBySlot(sorted_pins_, sort_scratch_);
+  SortBySlot(sorted_pins_, sort_scratch_,
+             [](const auto& p) { return p.first; });
   for (const auto& [slot, pin] : sorted_pins_) {
     (void)pool_.ReleasePin(slot, pin->count);
     released += pin->count;

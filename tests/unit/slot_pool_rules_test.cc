@@ -2,9 +2,11 @@
 // (shared/reference/state_slot_pool.py, with corrections.py). Every full-state
 // expectation (EXPECT_DUMP) is the reference's own `dump` output for the same
 // call sequence, as run_trace.py prints it.
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <random>
 #include <utility>
 #include <vector>
 
@@ -286,6 +288,35 @@ TEST(SlotPoolRules, ReleasePinsOrderIsSlotOrderNotPinOrder) {
   for (int64_t s : {3, 0, 2, 1}) Must(pool.Pin(s, false));
   pool.ReleasePins();
   EXPECT_EQ(pool.Dump().checkpointed, (V{0, 1, 2, 3}));
+  EXPECT_EQ(pool.Dump().pinned, (PV{}));
+  EXPECT_INVARIANTS(pool);
+}
+
+// The same with 300 pins, past the clock's radix-sort cut-over (64), with
+// some deferred pins interleaved that must stay put.
+TEST(SlotPoolRules, ReleasePinsOrderIsSlotOrderForManyPins) {
+  constexpr int64_t kPins = 300;
+  SlotPool pool = MakePool(1024, Fork(1, true));
+  std::vector<std::pair<int64_t, int64_t>> positions;
+  for (int64_t i = 0; i < kPins; ++i) positions.push_back({64 * (i + 1), i});
+  V slots = PublishPlain(pool, positions);
+  ASSERT_EQ(slots.size(), static_cast<size_t>(kPins));
+  V shuffled = slots;
+  std::shuffle(shuffled.begin(), shuffled.end(), std::mt19937(9));
+  for (int64_t s : shuffled) Must(pool.Claim(s));
+  // Every seventh slot's pin is read by the next batch: it survives a pass.
+  for (int64_t s : shuffled) Must(pool.Pin(s, s % 7 == 0));
+  pool.ReleasePins();
+  V released, deferred;
+  for (int64_t s : slots) (s % 7 == 0 ? deferred : released).push_back(s);
+  std::sort(released.begin(), released.end());
+  EXPECT_EQ(pool.Dump().checkpointed, released);
+  EXPECT_EQ(pool.Dump().pinned.size(), deferred.size());
+  pool.ReleasePins();
+  V all = released;
+  std::sort(deferred.begin(), deferred.end());
+  all.insert(all.end(), deferred.begin(), deferred.end());
+  EXPECT_EQ(pool.Dump().checkpointed, all);
   EXPECT_EQ(pool.Dump().pinned, (PV{}));
   EXPECT_INVARIANTS(pool);
 }
