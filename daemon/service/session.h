@@ -5,7 +5,6 @@
 #ifndef STATECACHE_DAEMON_SERVICE_SESSION_H_
 #define STATECACHE_DAEMON_SERVICE_SESSION_H_
 
-#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
