@@ -1,5 +1,7 @@
 #include "daemon/service/grpc_service.h"
 
+#include <google/protobuf/arena.h>
+
 #include <memory>
 #include <string>
 #include <string_view>
@@ -63,7 +65,7 @@ class StepStreamReactor final
         calls_(calls),
         peer_(std::move(peer)) {
     LOG_DEBUG("rpc StepStream peer=%s opened", peer_);
-    StartRead(&request_);
+    StartNextRead();
   }
 
   void OnReadDone(bool ok) override {
@@ -76,7 +78,7 @@ class StepStreamReactor final
     // From here until its reply is written, a shutdown waits for this step.
     SetServing(true);
     RunStep();
-    StartWrite(&response_);
+    StartWrite(response_);
   }
 
   void OnWriteDone(bool ok) override {
@@ -86,7 +88,7 @@ class StepStreamReactor final
                           "StepStream: the response could not be sent"));
       return;
     }
-    StartRead(&request_);
+    StartNextRead();
   }
 
   void OnDone() override {
@@ -105,34 +107,45 @@ class StepStreamReactor final
     }
   }
 
-  // Fills response_ for request_. A message refused as a whole carries the
+  // The next message and its response, fresh on the reset arena: the
+  // previous step's reply has been written (or there was none).
+  void StartNextRead() {
+    arena_.Reset();
+    request_ = google::protobuf::Arena::CreateMessage<v1::StepRequest>(&arena_);
+    response_ =
+        google::protobuf::Arena::CreateMessage<v1::StepResponse>(&arena_);
+    StartRead(request_);
+  }
+
+  // Fills *response_ for *request_. A message refused as a whole carries the
   // refusal in error_code/error_message and no results.
   void RunStep() {
     absl::Time start = absl::Now();
-    response_.Clear();
+    const v1::StepRequest& request = *request_;
+    v1::StepResponse& response = *response_;
     // The stream belongs to the session its first message names.
-    if (steps_ == 0) session_id_ = request_.session_id();
+    if (steps_ == 0) session_id_ = request.session_id();
     ++steps_;
     absl::Status status;
-    if (request_.session_id() != session_id_) {
+    if (request.session_id() != session_id_) {
       status = absl::InvalidArgumentError(
           absl::StrCat("StepStream: message names session \"",
-                       absl::CHexEscape(request_.session_id()),
+                       absl::CHexEscape(request.session_id()),
                        "\" but the stream belongs to session \"",
                        absl::CHexEscape(session_id_), "\"; open a new stream"));
     } else {
-      status = cache_->Step(request_, &response_);
+      status = cache_->Step(request, &response);
     }
     if (!status.ok()) {
-      response_.clear_results();
-      response_.set_error_code(static_cast<int32_t>(status.code()));
-      response_.set_error_message(std::string(status.message()));
+      response.clear_results();
+      response.set_error_code(static_cast<int32_t>(status.code()));
+      response.set_error_message(std::string(status.message()));
     }
-    response_.set_epoch(cache_->epoch());
+    response.set_epoch(cache_->epoch());
     Observe(observer_, RpcMethod::kStepStream, status, start);
     if (log::Verbosity() >= 1) {
       LOG_DEBUG("rpc StepStream peer=%s session=%s ops=%d -> %s (%dus)", peer_,
-                request_.session_id(), request_.operations_size(),
+                request.session_id(), request.operations_size(),
                 status.ok() ? "OK" : status.ToString(),
                 absl::ToInt64Microseconds(absl::Now() - start));
     }
@@ -145,9 +158,21 @@ class StepStreamReactor final
   bool serving_ = false;  // a step read and not yet answered
   std::string session_id_;
   int64_t steps_ = 0;
-  // Reused for every message: the protocol has one message in flight.
-  v1::StepRequest request_;
-  v1::StepResponse response_;
+  // One message in flight at a time (read, step, write), so one arena
+  // serves them all: each message and its response live on it until the
+  // reply is written, and it is reset for the next read. Parsing a step's
+  // operations and building its results then take no heap allocation once
+  // the arena's first block is big enough (a heap-allocated request reused
+  // across messages still freed and re-made every oneof sub-message).
+  static google::protobuf::ArenaOptions ArenaOptionsForSteps() {
+    google::protobuf::ArenaOptions options;
+    options.start_block_size = 64 << 10;
+    options.max_block_size = 256 << 10;
+    return options;
+  }
+  google::protobuf::Arena arena_{ArenaOptionsForSteps()};
+  v1::StepRequest* request_ = nullptr;
+  v1::StepResponse* response_ = nullptr;
 };
 
 // ------------------------------------------------------------ Resize
