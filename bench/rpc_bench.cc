@@ -39,6 +39,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "client/statecache_client.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/service/state_cache.h"
 #include "proto/statecache/v1/statecache.grpc.pb.h"
@@ -427,6 +428,85 @@ double Throughput(const std::string& address, int sessions, double seconds) {
   return steps.load() / elapsed;
 }
 
+// ------------------------------------------------------- client library
+
+// The pass as the C++ client library's StepBuilder: the same operations,
+// in order, built the way a scheduler using statecache::Client builds them.
+StepBuilder ToBuilder(const v1::StepRequest& req) {
+  StepBuilder b;
+  for (const v1::Operation& op : req.operations()) {
+    switch (op.kind_case()) {
+      case v1::Operation::kBeginPass:
+        b.BeginPass();
+        break;
+      case v1::Operation::kRelease:
+        b.Release(op.release().request_id());
+        break;
+      case v1::Operation::kConsumeFork:
+        b.ConsumeFork(op.consume_fork().request_id());
+        break;
+      case v1::Operation::kCheckpoint:
+        b.Checkpoint(op.checkpoint().request_id(),
+                     op.checkpoint().boundary_blocks(), op.checkpoint().hash(),
+                     op.checkpoint().anchor_pos());
+        break;
+      case v1::Operation::kAdmit: {
+        const v1::Admit& a = op.admit();
+        b.Admit(a.request_id(), a.width(), a.num_tokens(), a.anchor_pos(),
+                {a.block_hashes().data(),
+                 static_cast<size_t>(a.block_hashes_size())},
+                a.kv_hit_blocks());
+        break;
+      }
+      case v1::Operation::kResumableHit: {
+        const v1::ResumableHit& q = op.resumable_hit();
+        b.ResumableHit(q.num_tokens(),
+                       {q.block_hashes().data(),
+                        static_cast<size_t>(q.block_hashes_size())},
+                       q.kv_hit_blocks());
+        break;
+      }
+      default:
+        std::fprintf(stderr, "rpc_bench: no builder call for an operation\n");
+        std::exit(1);
+    }
+  }
+  return b;
+}
+
+// The same passes through statecache::Client (Step or StepStreamed): what a
+// C++ scheduler using the client library sees, results converted included.
+Latency ClientStepLatency(const std::string& address, int ops, int n,
+                          bool streamed) {
+  auto client = Client::Connect(address, ClientOptions{.keepalive = false});
+  if (!client.ok()) std::exit(1);
+  ModelIdentity identity;
+  identity.model_id = "bench";
+  identity.hash_block_size = kBlock;
+  if (!(*client)->Attach(identity, "rpc_bench").ok()) std::exit(1);
+  Scheduler sched("unused", ops, 7);  // the client names the session
+  auto step = [&](const StepBuilder& b) {
+    return streamed ? (*client)->StepStreamed(b) : (*client)->Step(b);
+  };
+  for (int i = 0; i < 50; ++i) (void)step(ToBuilder(sched.NextPass()));
+  std::vector<double> us;
+  us.reserve(n);
+  for (int i = 0; i < n; ++i) {
+    const StepBuilder b = ToBuilder(sched.NextPass());  // before the clock
+    const auto t0 = Clock::now();
+    absl::StatusOr<StepResults> results = step(b);
+    us.push_back(
+        std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    if (!results.ok()) {
+      std::fprintf(stderr, "client step: %s\n",
+                   results.status().ToString().c_str());
+      std::exit(1);
+    }
+  }
+  (void)(*client)->Detach();
+  return Summarise(us);
+}
+
 // A StateCache in this process as the daemon runs it by default (metrics
 // observing every operation), with one attached session whose scheduler has
 // filled its running batch (50 passes, untimed).
@@ -616,6 +696,10 @@ int main(int argc, char** argv) {
       {"StepStream, 1 op", [&] { return StreamStepLatency(*stub, 1, n); }},
       {"StepStream, 64 ops", [&] { return StreamStepLatency(*stub, 64, n); }},
       {"StepStream, 256 ops", [&] { return StreamStepLatency(*stub, 256, n); }},
+      {"Client::Step, 256 ops",
+       [&] { return ClientStepLatency(daemon.address(), 256, n, false); }},
+      {"Client::StepStreamed, 256",
+       [&] { return ClientStepLatency(daemon.address(), 256, n, true); }},
       {"in-process, 256 ops", [&] { return InProcessStepLatency(256, n); }},
       {"  + protobuf both ways",
        [&] { return InProcessStepLatency(256, n, /*wire=*/true); }},
