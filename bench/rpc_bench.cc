@@ -698,7 +698,7 @@ int main(int argc, char** argv) {
       {"StepStream, 256 ops", [&] { return StreamStepLatency(*stub, 256, n); }},
       {"Client::Step, 256 ops",
        [&] { return ClientStepLatency(daemon.address(), 256, n, false); }},
-      {"Client::StepStreamed, 256",
+      {"Client stream, 256 ops",
        [&] { return ClientStepLatency(daemon.address(), 256, n, true); }},
       {"in-process, 256 ops", [&] { return InProcessStepLatency(256, n); }},
       {"  + protobuf both ways",
