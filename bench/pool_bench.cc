@@ -455,29 +455,27 @@ void TraceComparison() {
       refused += !replay::Invoke(check, call).status.ok();
     }
   }
-  // One timed replay of the packed log on a fresh pool; calls/s. After an
-  // untimed one: on these VMs memory left untouched for a second or two
-  // (here, while the reference runs its repetition) comes back many times
-  // slower on first touch (the first replay after a 2 s sleep measured
-  // 520 ns/call, the next 54), and a scheduler's arguments are warm anyway.
-  auto cpp_rate = [&] {
-    {
-      SlotPool warm = *replay::MakePool(lines[0].config);
-      Scratch scratch;
-      (void)ReplayCalls(warm, packed, scratch);
-    }
+  // One replay of the packed log on a fresh pool: the nanoseconds its calls
+  // took, and the checksum it folded their results into.
+  auto replay_once = [&](int64_t& checksum) {
     SlotPool pool = *replay::MakePool(lines[0].config);
     Scratch scratch;
     const auto start = Clock::now();
-    const int64_t checksum = ReplayCalls(pool, packed, scratch);
-    const double ns =
-        std::chrono::duration<double, std::nano>(Clock::now() - start).count();
-    static bool printed = false;
-    if (!printed) {
-      std::printf("checksum %lld\n", static_cast<long long>(checksum));
-      printed = true;
-    }
-    return calls.size() / (ns * 1e-9);
+    checksum = ReplayCalls(pool, packed, scratch);
+    return std::chrono::duration<double, std::nano>(Clock::now() - start)
+        .count();
+  };
+  int64_t checksum = 0;
+  (void)replay_once(checksum);
+  std::printf("checksum %lld\n", static_cast<long long>(checksum));
+  // Calls/s of one timed replay, after an untimed one: on these VMs memory
+  // left untouched for a second or two (here, while the reference runs its
+  // repetition) comes back many times slower on first touch (the first
+  // replay after a 2 s sleep measured 520 ns/call, the next 54), and a
+  // scheduler's arguments are warm anyway.
+  auto cpp_rate = [&] {
+    (void)replay_once(checksum);
+    return calls.size() / (replay_once(checksum) * 1e-9);
   };
   const int reps = absl::GetFlag(FLAGS_reps);
   if (!absl::GetFlag(FLAGS_reference)) {

@@ -235,6 +235,11 @@ std::string Attach(v1::StateCache::Stub& stub) {
   return resp.session_id();
 }
 
+// Microseconds from t0 to now.
+double MicrosSince(Clock::time_point t0) {
+  return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+}
+
 struct Latency {
   double p50_us = 0;
   double p99_us = 0;
@@ -268,8 +273,7 @@ Latency PingLatency(v1::StateCache::Stub& stub, int n) {
     v1::PingResponse resp;
     const auto t0 = Clock::now();
     grpc::Status s = stub.Ping(&ctx, v1::PingRequest(), &resp);
-    us.push_back(
-        std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    us.push_back(MicrosSince(t0));
     if (!s.ok()) std::exit(1);
   }
   return Summarise(us);
@@ -297,8 +301,7 @@ Latency UnaryStepLatency(v1::StateCache::Stub& stub, int ops, int n) {
     resp.Clear();
     const auto t0 = Clock::now();
     grpc::Status s = stub.Step(&ctx, req, &resp);
-    us.push_back(
-        std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    us.push_back(MicrosSince(t0));
     if (!s.ok()) {
       std::fprintf(stderr, "step: %s\n", s.error_message().c_str());
       std::exit(1);
@@ -327,8 +330,7 @@ Latency PingWithPassBytesLatency(v1::StateCache::Stub& stub, int ops, int n) {
     grpc::ClientContext ctx;
     const auto t0 = Clock::now();
     grpc::Status s = stub.Ping(&ctx, req, &resp);
-    us.push_back(
-        std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    us.push_back(MicrosSince(t0));
     if (!s.ok()) {
       std::fprintf(stderr, "ping with bytes: %s\n", s.error_message().c_str());
       std::exit(1);
@@ -355,8 +357,7 @@ Latency RefusedStepLatency(v1::StateCache::Stub& stub, int ops, int n) {
     grpc::ClientContext ctx;
     const auto t0 = Clock::now();
     grpc::Status s = stub.Step(&ctx, req, &resp);
-    us.push_back(
-        std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    us.push_back(MicrosSince(t0));
     if (s.error_code() != grpc::StatusCode::NOT_FOUND) {
       std::fprintf(stderr, "refused step: expected NOT_FOUND, got %d %s\n",
                    s.error_code(), s.error_message().c_str());
@@ -384,8 +385,7 @@ Latency StreamStepLatency(v1::StateCache::Stub& stub, int ops, int n) {
       std::fprintf(stderr, "stream broke\n");
       std::exit(1);
     }
-    us.push_back(
-        std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    us.push_back(MicrosSince(t0));
     CheckStep(resp);
   }
   stream->WritesDone();
@@ -495,8 +495,7 @@ Latency ClientStepLatency(const std::string& address, int ops, int n,
     const StepBuilder b = ToBuilder(sched.NextPass());  // before the clock
     const auto t0 = Clock::now();
     absl::StatusOr<StepResults> results = step(b);
-    us.push_back(
-        std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    us.push_back(MicrosSince(t0));
     if (!results.ok()) {
       std::fprintf(stderr, "client step: %s\n",
                    results.status().ToString().c_str());
@@ -570,8 +569,7 @@ Latency InProcessStepLatency(int ops, int n, bool wire = false) {
     } else {
       (void)cache->Step(req, resp);
     }
-    us.push_back(
-        std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    us.push_back(MicrosSince(t0));
     CheckStep(*resp);
   }
   return Summarise(us);
@@ -588,9 +586,6 @@ void WireBreakdown(int ops, int n) {
   std::vector<double> t[5];
   size_t req_bytes = 0, resp_bytes = 0;
   v1::StepResponse client_resp;
-  auto us_since = [](Clock::time_point t0) {
-    return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
-  };
   for (int i = 0; i < n; ++i) {
     const v1::StepRequest req = sched.NextPass();
     google::protobuf::Arena arena;
@@ -603,7 +598,7 @@ void WireBreakdown(int ops, int n) {
     auto t0 = Clock::now();
     (void)grpc::SerializationTraits<v1::StepRequest>::Serialize(req, &req_buf,
                                                                 &own);
-    t[0].push_back(us_since(t0));
+    t[0].push_back(MicrosSince(t0));
     req_bytes = req_buf.Length();
     t0 = Clock::now();
     if (!grpc::SerializationTraits<v1::StepRequest>::Deserialize(&req_buf,
@@ -611,14 +606,14 @@ void WireBreakdown(int ops, int n) {
              .ok()) {
       std::exit(1);
     }
-    t[1].push_back(us_since(t0));
+    t[1].push_back(MicrosSince(t0));
     t0 = Clock::now();
     (void)cache->Step(*server_req, resp);
-    t[2].push_back(us_since(t0));
+    t[2].push_back(MicrosSince(t0));
     t0 = Clock::now();
     (void)grpc::SerializationTraits<v1::StepResponse>::Serialize(
         *resp, &resp_buf, &own);
-    t[3].push_back(us_since(t0));
+    t[3].push_back(MicrosSince(t0));
     resp_bytes = resp_buf.Length();
     client_resp.Clear();
     t0 = Clock::now();
@@ -627,7 +622,7 @@ void WireBreakdown(int ops, int n) {
              .ok()) {
       std::exit(1);
     }
-    t[4].push_back(us_since(t0));
+    t[4].push_back(MicrosSince(t0));
   }
   const char* names[] = {"client: serialise request", "daemon: parse request",
                          "daemon: Step (core)", "daemon: serialise response",

@@ -13,6 +13,15 @@
 
 namespace statecache {
 
+// The arena options for one call's (or one StepStream message's) request
+// and response: a 256-operation pass both ways fits the first block.
+inline google::protobuf::ArenaOptions MessageArenaOptions() {
+  google::protobuf::ArenaOptions options;
+  options.start_block_size = 64 << 10;
+  options.max_block_size = 256 << 10;
+  return options;
+}
+
 template <typename Request, typename Response>
 class ArenaMessageAllocator final
     : public grpc::MessageAllocator<Request, Response> {
@@ -24,7 +33,7 @@ class ArenaMessageAllocator final
  private:
   class Holder final : public grpc::MessageHolder<Request, Response> {
    public:
-    Holder() : arena_(Options()) {
+    Holder() {
       this->set_request(
           google::protobuf::Arena::CreateMessage<Request>(&arena_));
       this->set_response(
@@ -33,14 +42,7 @@ class ArenaMessageAllocator final
     void Release() override { delete this; }
 
    private:
-    static google::protobuf::ArenaOptions Options() {
-      google::protobuf::ArenaOptions options;
-      // A typical pass fits in the first block or two.
-      options.start_block_size = 16 << 10;
-      options.max_block_size = 256 << 10;
-      return options;
-    }
-    google::protobuf::Arena arena_;
+    google::protobuf::Arena arena_{MessageArenaOptions()};
   };
 };
 

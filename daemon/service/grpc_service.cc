@@ -14,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "daemon/service/arena_allocator.h"
 #include "daemon/service/grpc_status.h"
 #include "daemon/service/log.h"
 
@@ -164,13 +165,7 @@ class StepStreamReactor final
   // operations and building its results then take no heap allocation once
   // the arena's first block is big enough (a heap-allocated request reused
   // across messages still freed and re-made every oneof sub-message).
-  static google::protobuf::ArenaOptions ArenaOptionsForSteps() {
-    google::protobuf::ArenaOptions options;
-    options.start_block_size = 64 << 10;
-    options.max_block_size = 256 << 10;
-    return options;
-  }
-  google::protobuf::Arena arena_{ArenaOptionsForSteps()};
+  google::protobuf::Arena arena_{MessageArenaOptions()};
   v1::StepRequest* request_ = nullptr;
   v1::StepResponse* response_ = nullptr;
 };
