@@ -2,13 +2,22 @@
 // non-negative int64) to the slot holding it.
 //
 // An open-addressing table built for this one job: 16-byte buckets holding
-// the key and the slot side by side (one cache line per probe, no separate
-// control bytes), linear probing, and deletion by backward shift, so checkpoint
-// churn (an erase and an insert per eviction) leaves no tombstones and the
-// table never needs cleaning. Buckets are indexed by multiply-shift hashing
-// with a random odd multiplier drawn per table: universal hashing, so no
-// fixed set of keys (sequential, or multiples of a power of two) is slow for
-// every table. It stays at most half full, growing by doubling.
+// the key and the slot side by side, linear probing, and deletion by backward
+// shift, so checkpoint churn (an erase and an insert per eviction) leaves no
+// tombstones and the table never needs cleaning. Buckets are indexed by
+// multiply-shift hashing with a random odd multiplier drawn per table:
+// universal hashing, so no fixed set of keys (sequential, or multiples of a
+// power of two) is slow for every table. It stays at most half full, growing
+// by doubling.
+//
+// Beside the buckets, one tag byte per bucket: 0 for empty, else 0x80 and
+// seven more bits of the key's hash. Probes walk the tags and read a bucket
+// only where the tag matches, so a key that is absent (most lookups, and
+// every insert of a new checkpoint) is settled by the tags alone. At a
+// million slots the buckets are 32 MiB, far past what this machine keeps in
+// cache (a random read there waits ~170 ns for memory), while the tags are
+// 2 MiB and mostly cached: a new checkpoint's insert then writes its bucket
+// without waiting to read it.
 //
 // Iteration order is unspecified and differs between tables; callers that
 // need an order sort.
@@ -19,6 +28,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "daemon/core/huge_page_allocator.h"
@@ -27,7 +37,11 @@ namespace statecache {
 
 class HashIndex {
  public:
-  HashIndex();
+  // Tables of at least `defer_min_buckets` buckets hold new keys' bucket
+  // writes back (see pending_); below that the table stays in cache anyway.
+  // Tests pass a small value to exercise deferral at small sizes.
+  static constexpr size_t kDefaultDeferMinBuckets = size_t{1} << 16;
+  explicit HashIndex(size_t defer_min_buckets = kDefaultDeferMinBuckets);
 
   int64_t size() const { return size_; }
 
@@ -38,10 +52,15 @@ class HashIndex {
 
   // The slot filed under `key`, or -1.
   int64_t Find(int64_t key) const {
-    for (size_t i = Home(key);; i = (i + 1) & mask_) {
-      const Bucket& b = buckets_[i];
-      if (b.key == key) return b.slot;
-      if (b.key == kEmpty) return -1;
+    const uint64_t h = Hash(key);
+    const uint8_t tag = TagOf(h);
+    for (size_t i = HomeOf(h);; i = (i + 1) & mask_) {
+      const uint8_t t = tags_[i];
+      if (t == tag) {
+        const Bucket& b = BucketAt(i);
+        if (b.key == key) return b.slot;
+      }
+      if (t == kEmptyTag) return -1;
     }
   }
   bool Contains(int64_t key) const { return Find(key) >= 0; }
@@ -52,16 +71,38 @@ class HashIndex {
     if (static_cast<size_t>(size_) + 1 > (mask_ + 1) / 2) {
       Rehash((mask_ + 1) * 2);
     }
-    for (size_t i = Home(key);; i = (i + 1) & mask_) {
-      Bucket& b = buckets_[i];
-      if (b.key == key) {
-        const int64_t prev = b.slot;
-        b.slot = slot;
-        return prev;
+    const uint64_t h = Hash(key);
+    const uint8_t tag = TagOf(h);
+    for (size_t i = HomeOf(h);; i = (i + 1) & mask_) {
+      const uint8_t t = tags_[i];
+      if (t == tag) {
+        Bucket& b = MutableBucketAt(i);
+        if (b.key == key) {
+          const int64_t prev = b.slot;
+          b.slot = slot;
+          return prev;
+        }
       }
-      if (b.key == kEmpty) {
-        b = Bucket{key, slot};
+      if (t == kEmptyTag) {
+        // A new key: the tags already say where it goes, so its bucket is
+        // written later rather than now (see pending_).
+        tags_[i] = tag;
         ++size_;
+        if (mask_ + 1 < defer_min_buckets_) {
+          buckets_[i] = Bucket{key, slot};
+          return -1;
+        }
+        // Round robin: the entry replaced is the oldest, written out now
+        // that its line has had kMaxPending inserts' time to arrive.
+        PendingWrite& p = pending_[next_pending_];
+        if (p.bucket_index != kNoBucket) {
+          buckets_[p.bucket_index] = p.bucket;
+        } else {
+          ++num_pending_;
+        }
+        p = PendingWrite{i, Bucket{key, slot}};
+        next_pending_ = (next_pending_ + 1) % kMaxPending;
+        __builtin_prefetch(&buckets_[i], 1);
         return -1;
       }
     }
@@ -69,48 +110,105 @@ class HashIndex {
 
   // Removes `key` if it is filed under exactly `slot`; true if it was.
   bool EraseIfFiledUnder(int64_t key, int64_t slot) {
-    for (size_t i = Home(key);; i = (i + 1) & mask_) {
-      const Bucket& b = buckets_[i];
-      if (b.key == key) {
-        if (b.slot != slot) return false;
-        EraseAt(i);
-        return true;
+    const uint64_t h = Hash(key);
+    const uint8_t tag = TagOf(h);
+    for (size_t i = HomeOf(h);; i = (i + 1) & mask_) {
+      const uint8_t t = tags_[i];
+      if (t == tag) {
+        const Bucket& b = BucketAt(i);
+        if (b.key == key) {
+          if (b.slot != slot) return false;
+          EraseAt(i);
+          return true;
+        }
       }
-      if (b.key == kEmpty) return false;
+      if (t == kEmptyTag) return false;
     }
   }
 
-  // Starts fetching the bucket `key` would be found in.
-  void Prefetch(int64_t key) const { __builtin_prefetch(&buckets_[Home(key)]); }
+  // Starts fetching the tag and the bucket `key` would be found in.
+  void Prefetch(int64_t key) const {
+    const size_t i = HomeOf(Hash(key));
+    __builtin_prefetch(&tags_[i]);
+    __builtin_prefetch(&buckets_[i]);
+  }
 
   // Calls f(key, slot) for every entry, in no particular order. f must not
   // change the index.
   template <typename F>
   void ForEach(F&& f) const {
-    for (const Bucket& b : buckets_) {
-      if (b.key != kEmpty) f(b.key, b.slot);
+    for (size_t i = 0; i < buckets_.size(); ++i) {
+      if (tags_[i] != kEmptyTag) f(BucketAt(i).key, BucketAt(i).slot);
     }
   }
 
  private:
-  static constexpr int64_t kEmpty = -1;
-  struct Bucket {
-    int64_t key = kEmpty;
-    int64_t slot = -1;
+  static constexpr uint8_t kEmptyTag = 0;
+  struct Bucket {  // meaningful only where the tag is not kEmptyTag
+    int64_t key;
+    int64_t slot;
   };
 
-  size_t Home(int64_t key) const {
-    return static_cast<size_t>((static_cast<uint64_t>(key) * multiplier_) >>
-                               shift_);
+  // New keys' buckets not yet written, in tables of defer_min_buckets_ or
+  // more. A new key's insert needs only the tags to find its bucket, but
+  // writing the bucket at once would stall on it: x86 commits stores in
+  // order, so one store waiting ~170 ns for its line soon fills the store
+  // buffer and stops the core. Each is held here (its tag already set, its
+  // line being fetched) until kMaxPending later inserts have passed; every
+  // read and move of a bucket looks here first.
+  static constexpr size_t kNoBucket = ~size_t{0};
+  struct PendingWrite {
+    size_t bucket_index = kNoBucket;  // kNoBucket: this entry is unused
+    Bucket bucket{};
+  };
+  static constexpr int kMaxPending = 8;
+
+  uint64_t Hash(int64_t key) const {
+    return static_cast<uint64_t>(key) * multiplier_;
   }
+  // The hash's top bits pick the home bucket; the seven bits below them
+  // (as well mixed, and independent of the home) make the tag.
+  size_t HomeOf(uint64_t hash) const {
+    return static_cast<size_t>(hash >> shift_);
+  }
+  uint8_t TagOf(uint64_t hash) const {
+    return static_cast<uint8_t>(hash >> (shift_ - 7)) | 0x80;
+  }
+
+  // The pending write to bucket i, or null.
+  const PendingWrite* PendingFor(size_t i) const {
+    if (num_pending_ == 0) return nullptr;
+    for (const PendingWrite& p : pending_) {
+      if (p.bucket_index == i) return &p;
+    }
+    return nullptr;
+  }
+  PendingWrite* PendingFor(size_t i) {
+    return const_cast<PendingWrite*>(std::as_const(*this).PendingFor(i));
+  }
+  // Bucket i as it reads with the pending writes applied.
+  const Bucket& BucketAt(size_t i) const {
+    const PendingWrite* p = PendingFor(i);
+    return p != nullptr ? p->bucket : buckets_[i];
+  }
+  Bucket& MutableBucketAt(size_t i) {
+    PendingWrite* p = PendingFor(i);
+    return p != nullptr ? p->bucket : buckets_[i];
+  }
+  void FlushWrites();
   // Empties bucket i, moving later entries of its probe run back into the
   // hole so every entry stays reachable from its home without tombstones.
   void EraseAt(size_t i);
   void Rehash(size_t buckets);
 
   std::vector<Bucket, HugePageAllocator<Bucket>> buckets_;
-  size_t mask_ = 0;  // buckets_.size() - 1 (a power of two)
-  int shift_ = 64;   // 64 - log2(buckets_.size())
+  std::vector<uint8_t, HugePageAllocator<uint8_t>> tags_;  // one per bucket
+  size_t defer_min_buckets_;
+  PendingWrite pending_[kMaxPending];
+  int num_pending_ = 0;   // entries in use
+  int next_pending_ = 0;  // the entry the next deferred insert takes
+  size_t mask_ = 0;       // buckets_.size() - 1 (a power of two)
+  int shift_ = 64;        // 64 - log2(buckets_.size())
   uint64_t multiplier_ = 1;
   int64_t size_ = 0;
 };

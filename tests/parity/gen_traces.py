@@ -33,7 +33,7 @@ Usage:
     gen_traces.py --out-dir DIR [--seed N] [--only NAME[,NAME]] [--calls N]
                   [--reference-dir D] [--no-expected]
     gen_traces.py --out-dir DIR --random K [--seed N] [--calls N]   # random configs
-    gen_traces.py --long PATH [--calls 200000] [--long-config NAME]
+    gen_traces.py --long PATH [--calls 200000] [--long-config NAME] [--long-slots N]
     gen_traces.py --list
 
 Standard library only.
@@ -1196,6 +1196,8 @@ def main(argv=None):
                     help="generate K traces with configurations drawn from --seed")
     ap.add_argument("--long", metavar="PATH", help="write one long trace, no dumps")
     ap.add_argument("--long-config", help="base the long trace on this config")
+    ap.add_argument("--long-slots", type=int, metavar="N",
+                    help="give the long trace's pool N slots")
     ap.add_argument("--list", action="store_true", help="list the configurations")
     ap.add_argument("-q", "--quiet", action="store_true")
     args = ap.parse_args(argv)
@@ -1215,6 +1217,8 @@ def main(argv=None):
     if args.long:
         cfg = dict(CONFIGS[args.long_config]) if args.long_config else dict(LONG_CONFIG)
         cfg["dump_every"] = 0
+        if args.long_slots:
+            cfg["num_slots"] = args.long_slots
         calls = args.calls or 200000
         gen = generate(cfg, args.seed, run_trace, args.long, calls=calls,
                        no_dumps=True, keep_results=False)

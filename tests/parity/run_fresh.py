@@ -5,6 +5,11 @@ fresh seed and randomly drawn configurations, run them on the reference
 
     run_fresh.py --replay BIN [--reference-dir D] [--seed N] [--count K]
                  [--calls N] [--keep]
+    run_fresh.py --replay BIN --long-slots N [--calls N] ...
+
+With --long-slots, one long trace (no dumps) on a pool of N slots instead:
+from 32768 slots up the pool's index holds new entries' writes back, which
+the small pools of the random configurations never reach.
 
 The seed is --seed, else $STATECACHE_PARITY_SEED, else derived from the
 current time; it is printed first, so a failure can be reproduced with
@@ -16,6 +21,7 @@ import argparse
 import glob
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -37,6 +43,8 @@ def main(argv=None):
     ap.add_argument("--count", type=int, default=5, help="traces (default 5)")
     ap.add_argument("--calls", type=int, default=2500, help="calls per trace")
     ap.add_argument("--keep", action="store_true", help="keep the traces")
+    ap.add_argument("--long-slots", type=int, metavar="N",
+                    help="one long trace on a pool of N slots instead")
     args = ap.parse_args(argv)
 
     seed = args.seed
@@ -51,10 +59,25 @@ def main(argv=None):
     # Expected files come from run_trace.py itself (a separate process), and
     # the generator checks they match what it saw in-process.
     try:
-        rc = gen_traces.main([
-            "--out-dir", out, "--random", str(args.count), "--seed", str(seed),
-            "--calls", str(args.calls), "--reference-dir", args.reference_dir, "-q",
-        ])
+        if args.long_slots:
+            long_trace = os.path.join(out, f"long_{args.long_slots}_slots.jsonl")
+            rc = gen_traces.main([
+                "--long", long_trace, "--long-slots", str(args.long_slots),
+                "--seed", str(seed), "--calls", str(args.calls),
+                "--reference-dir", args.reference_dir, "-q",
+            ])
+            if not rc:
+                rc = subprocess.call([
+                    sys.executable,
+                    os.path.join(args.reference_dir, "run_trace.py"), long_trace,
+                    "-o", long_trace[: -len(".jsonl")] + ".expected.jsonl",
+                ])
+        else:
+            rc = gen_traces.main([
+                "--out-dir", out, "--random", str(args.count), "--seed", str(seed),
+                "--calls", str(args.calls), "--reference-dir", args.reference_dir,
+                "-q",
+            ])
     except Exception:  # a generator bug, or the reference refused a call
         traceback.print_exc()
         rc = 1

@@ -54,11 +54,30 @@ TEST(HashIndex, EraseOnlyWhenFiledUnderThatSlot) {
 // Keys that share their low bits, or follow each other, must neither be
 // lost nor pile up: erasing from the middle of long probe runs is where a
 // backward-shift delete goes wrong.
-TEST(HashIndex, StructuredKeysSurviveChurn) {
+//
+// Each test runs twice: with the default table, which holds new keys' bucket
+// writes back only at 64k buckets and more (so its small tables write at
+// once), and with one that holds them back at every size, so that recent
+// keys are read, reassigned, erased and moved by other keys' erases while
+// their writes are still pending.
+class HashIndexTest : public testing::TestWithParam<bool> {
+ protected:
+  static HashIndex MakeIndex() {
+    return GetParam() ? HashIndex(/*defer_min_buckets=*/16) : HashIndex();
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(Writes, HashIndexTest, testing::Bool(),
+                         [](const testing::TestParamInfo<bool>& param) {
+                           return param.param ? "AlwaysDeferred"
+                                              : "DeferredFrom64kBuckets";
+                         });
+
+TEST_P(HashIndexTest, StructuredKeysSurviveChurn) {
   for (const int64_t stride :
        {int64_t{1}, int64_t{1} << 12, int64_t{1} << 32, int64_t{1} << 40}) {
     SCOPED_TRACE(stride);
-    HashIndex index;
+    HashIndex index = MakeIndex();
     std::unordered_map<int64_t, int64_t> ref;
     for (int64_t i = 0; i < 5000; ++i) {
       index.InsertOrAssign(i * stride, i);
@@ -77,11 +96,11 @@ TEST(HashIndex, StructuredKeysSurviveChurn) {
   }
 }
 
-TEST(HashIndex, RandomizedAgainstUnorderedMap) {
+TEST_P(HashIndexTest, RandomizedAgainstUnorderedMap) {
   std::mt19937_64 rng(20261130);
   for (int round = 0; round < 4; ++round) {
     SCOPED_TRACE(round);
-    HashIndex index;
+    HashIndex index = MakeIndex();
     if (round % 2) index.Reserve(1000);
     std::unordered_map<int64_t, int64_t> ref;
     // A small key space, so inserts hit existing keys and erases hit often.
@@ -112,6 +131,11 @@ TEST(HashIndex, RandomizedAgainstUnorderedMap) {
         }
       }
       ASSERT_EQ(index.size(), static_cast<int64_t>(ref.size()));
+      if (op % 5000 == 0) {  // every entry, pending writes included
+        std::vector<std::pair<int64_t, int64_t>> want(ref.begin(), ref.end());
+        std::sort(want.begin(), want.end());
+        ASSERT_EQ(Entries(index), want) << "op " << op;
+      }
     }
     std::vector<std::pair<int64_t, int64_t>> want(ref.begin(), ref.end());
     std::sort(want.begin(), want.end());
@@ -119,8 +143,8 @@ TEST(HashIndex, RandomizedAgainstUnorderedMap) {
   }
 }
 
-TEST(HashIndex, GrowsPastItsReservation) {
-  HashIndex index;
+TEST_P(HashIndexTest, GrowsPastItsReservation) {
+  HashIndex index = MakeIndex();
   index.Reserve(10);
   for (int64_t k = 0; k < 100000; ++k) index.InsertOrAssign(k * 977, k);
   EXPECT_EQ(index.size(), 100000);
