@@ -47,7 +47,7 @@
 ABSL_FLAG(std::string, statecached, STATECACHED_PATH_DEFAULT,
           "the daemon binary to start");
 ABSL_FLAG(int, iterations, 3000, "round trips per latency measurement");
-ABSL_FLAG(int, reps, 3, "repetitions (median reported)");
+ABSL_FLAG(int, reps, 5, "repetitions (median reported)");
 ABSL_FLAG(double, seconds, 2.0, "duration of each throughput run");
 ABSL_FLAG(std::string, rows, "",
           "only the latency rows whose name contains this (Ping always runs: "
@@ -699,24 +699,41 @@ int main(int argc, char** argv) {
       {"  + protobuf both ways",
        [&] { return InProcessStepLatency(256, n, /*wire=*/true); }},
   };
-  std::printf("round trips over %s, %d per run, median of %d runs\n",
-              daemon.address().c_str(), n, reps);
+  // Each repetition runs every selected row in turn, so the machine's drift
+  // (its speed moves by a half within a day) falls on all rows alike; a
+  // row's ratio is the median of its repetitions' ratios to that
+  // repetition's Ping.
+  const std::string only = absl::GetFlag(FLAGS_rows);
+  std::vector<const Row*> selected;
+  for (const Row& row : rows) {
+    if (selected.empty() || absl::StrContains(row.name, only)) {
+      selected.push_back(&row);
+    }
+  }
+  std::vector<std::vector<Latency>> runs(selected.size());
+  for (int r = 0; r < reps; ++r) {
+    for (size_t i = 0; i < selected.size(); ++i) {
+      runs[i].push_back(selected[i]->run());
+    }
+  }
+  std::printf(
+      "round trips over %s, %d per run, median of %d runs (each run goes "
+      "through every row in turn)\n",
+      daemon.address().c_str(), n, reps);
   std::printf("  %-22s %10s %10s %12s %12s\n", "call", "p50 us", "p99 us",
               "p50/Ping", "p99/Ping");
-  double ping50 = 0, ping99 = 0;
-  const std::string only = absl::GetFlag(FLAGS_rows);
-  for (const Row& row : rows) {
-    if (ping50 != 0 && !absl::StrContains(row.name, only)) continue;
-    std::vector<double> p50, p99;
+  for (size_t i = 0; i < selected.size(); ++i) {
+    std::vector<double> p50, p99, r50, r99;
     for (int r = 0; r < reps; ++r) {
-      Latency l = row.run();
+      const Latency& l = runs[i][r];
+      const Latency& ping = runs[0][r];
       p50.push_back(l.p50_us);
       p99.push_back(l.p99_us);
+      r50.push_back(l.p50_us / ping.p50_us);
+      r99.push_back(l.p99_us / ping.p99_us);
     }
-    const double m50 = Median(p50), m99 = Median(p99);
-    if (ping50 == 0) ping50 = m50, ping99 = m99;
-    std::printf("  %-22s %10.1f %10.1f %11.2fx %11.2fx\n", row.name, m50, m99,
-                m50 / ping50, m99 / ping99);
+    std::printf("  %-22s %10.1f %10.1f %11.2fx %11.2fx\n", selected[i]->name,
+                Median(p50), Median(p99), Median(r50), Median(r99));
   }
   if (g_refused.load() > 0) {
     std::printf("WARNING: %lld operations refused (first: %s)\n",
