@@ -1,7 +1,6 @@
 #include "daemon/service/state_cache.h"
 
 #include <algorithm>
-#include <chrono>
 #include <random>
 #include <utility>
 
@@ -372,8 +371,7 @@ absl::Status StateCache::Step(const v1::StepRequest& request,
     const bool timed = timed_operations_;
     // One clock read per operation boundary: each operation's end is the
     // next one's start.
-    auto mark = timed ? std::chrono::steady_clock::now()
-                      : std::chrono::steady_clock::time_point();
+    uint64_t mark = timed ? CycleClock::Now() : 0;
     for (const v1::Operation& op : request.operations()) {
       v1::OperationResult* result = response->add_results();
       absl::Status status = RunOperation(*session, op, result);
@@ -383,10 +381,11 @@ absl::Status StateCache::Step(const v1::StepRequest& request,
         result->set_message(std::string(status.message()));
       }
       if (timed) {
-        const auto now = std::chrono::steady_clock::now();
+        const uint64_t now = CycleClock::Now();
+        const uint64_t ticks = now > mark ? now - mark : 0;
         samples_.push_back(
             OperationSample{op.kind_case(), status.code(),
-                            std::chrono::duration<double>(now - mark).count()});
+                            static_cast<double>(ticks) * seconds_per_tick_});
         mark = now;
       }
     }

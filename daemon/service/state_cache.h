@@ -32,6 +32,7 @@
 #include "absl/types/span.h"
 #include "daemon/core/slot_pool.h"
 #include "daemon/device/device.h"
+#include "daemon/service/cycle_clock.h"
 #include "daemon/service/session.h"
 #include "proto/statecache/v1/statecache.pb.h"
 
@@ -118,7 +119,10 @@ class StateCache {
   // against calls in flight).
   void AddObserver(StateCacheObserver* observer) {
     observers_.push_back(observer);
-    timed_operations_ = timed_operations_ || observer->wants_operations();
+    if (observer->wants_operations()) {
+      timed_operations_ = true;
+      seconds_per_tick_ = CycleClock::SecondsPerTick();  // calibrated once
+    }
   }
 
   // ----------------------------------------------------------- scheduler
@@ -257,6 +261,7 @@ class StateCache {
   const absl::Time start_time_;
   std::vector<StateCacheObserver*> observers_;
   bool timed_operations_ = false;
+  double seconds_per_tick_ = 0;  // CycleClock's, once timed
   // The current Step's samples (reused: no allocation per Step).
   std::vector<OperationSample> samples_ ABSL_GUARDED_BY(mu_);
   // A session's pins in slot order, for its clock (reused).

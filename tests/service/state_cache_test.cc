@@ -2,6 +2,7 @@
 // leases (on a fake clock), resize, and refusals that change nothing.
 #include "daemon/service/state_cache.h"
 
+#include <chrono>
 #include <map>
 #include <random>
 #include <string>
@@ -220,6 +221,54 @@ TEST(StateCacheTest, CheckpointThenResumeForksFromTheCheckpoint) {
   EXPECT_EQ(stats.resumes_fork(), 1);
   EXPECT_EQ(stats.checkpoints_kept(), 1);
   EXPECT_TRUE(f.cache->CheckInvariants().ok()) << f.cache->CheckInvariants();
+}
+
+// An observer that wants operation timings gets one sample per operation,
+// in the operation's order, in seconds: together no more than the Step took
+// (measured around it on steady_clock). Ticks taken for seconds, or the
+// calibration skipped, would make them ~1e9 times too large.
+class SampleRecorder : public StateCacheObserver {
+ public:
+  void OnOperations(absl::Span<const OperationSample> samples) override {
+    samples_.assign(samples.begin(), samples.end());
+  }
+  bool wants_operations() const override { return true; }
+  const std::vector<OperationSample>& samples() const { return samples_; }
+
+ private:
+  std::vector<OperationSample> samples_;
+};
+
+TEST(StateCacheTest, StepTimesEachOperationInSeconds) {
+  Fixture f(/*num_slots=*/64);
+  SampleRecorder recorder;
+  f.cache->AddObserver(&recorder);
+  const std::string s = f.Attach();
+  StepBuilder step(s);
+  step.BeginPass();
+  for (int i = 0; i < 20; ++i) {
+    const std::string id = absl::StrCat("r", i);
+    step.Admit(id, 1, 200, {1000 + i, 2000 + i, 3000 + i}, 0, 192)
+        .Checkpoint(id, 3, 3000 + i);
+  }
+  step.Lookup(3000).Release("r0").Admit("bad", 0, 10, {}, 0);  // last refused
+  const auto t0 = std::chrono::steady_clock::now();
+  const v1::StepResponse resp = RunStep(*f.cache, step);
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+          .count();
+  ASSERT_EQ(recorder.samples().size(), 44u);
+  double sum = 0;
+  for (size_t i = 0; i < recorder.samples().size(); ++i) {
+    const OperationSample& sample = recorder.samples()[i];
+    EXPECT_EQ(sample.kind, step.request().operations(i).kind_case()) << i;
+    EXPECT_GE(sample.seconds, 0) << i;
+    sum += sample.seconds;
+  }
+  EXPECT_EQ(recorder.samples().back().code, absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(resp.results(43).code(), 0);
+  EXPECT_GT(sum, 0);
+  EXPECT_LE(sum, took);
 }
 
 // The clock releases a session's pins in slot order, however many there are
