@@ -23,8 +23,9 @@ namespace statecache {
 
 class CycleClock {
  public:
-  // The current tick. Ticks only go forward on one core; across cores, or
-  // on the steady_clock fallback, callers clamp a negative difference.
+  // The current tick. Ticks only go forward on one core; a thread that moves
+  // to another core may read a TSC a little behind, so callers clamp a
+  // negative difference to zero.
   static uint64_t Now() {
 #if defined(__x86_64__)
     if (UsesTsc()) return __rdtsc();
