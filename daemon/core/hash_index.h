@@ -52,18 +52,10 @@ class HashIndex {
 
   // The slot filed under `key`, or -1.
   int64_t Find(int64_t key) const {
-    const uint64_t h = Hash(key);
-    const uint8_t tag = TagOf(h);
-    for (size_t i = HomeOf(h);; i = (i + 1) & mask_) {
-      const uint8_t t = tags_[i];
-      if (t == tag) {
-        const Bucket& b = BucketAt(i);
-        if (b.key == key) return b.slot;
-      }
-      if (t == kEmptyTag) return -1;
-    }
+    const Probe p = Locate(key);
+    return p.found ? BucketAt(p.index).slot : -1;
   }
-  bool Contains(int64_t key) const { return Find(key) >= 0; }
+  bool Contains(int64_t key) const { return Locate(key).found; }
 
   // Files `key` under `slot`; returns the slot it was filed under before,
   // or -1 if it was not present.
@@ -71,59 +63,41 @@ class HashIndex {
     if (static_cast<size_t>(size_) + 1 > (mask_ + 1) / 2) {
       Rehash((mask_ + 1) * 2);
     }
-    const uint64_t h = Hash(key);
-    const uint8_t tag = TagOf(h);
-    for (size_t i = HomeOf(h);; i = (i + 1) & mask_) {
-      const uint8_t t = tags_[i];
-      if (t == tag) {
-        Bucket& b = MutableBucketAt(i);
-        if (b.key == key) {
-          const int64_t prev = b.slot;
-          b.slot = slot;
-          return prev;
-        }
-      }
-      if (t == kEmptyTag) {
-        // A new key: the tags already say where it goes, so its bucket is
-        // written later rather than now (see pending_).
-        tags_[i] = tag;
-        ++size_;
-        if (mask_ + 1 < defer_min_buckets_) {
-          buckets_[i] = Bucket{key, slot};
-          return -1;
-        }
-        // Round robin: the entry replaced is the oldest, written out now
-        // that its line has had kMaxPending inserts' time to arrive.
-        PendingWrite& p = pending_[next_pending_];
-        if (p.bucket_index != kNoBucket) {
-          buckets_[p.bucket_index] = p.bucket;
-        } else {
-          ++num_pending_;
-        }
-        p = PendingWrite{i, Bucket{key, slot}};
-        next_pending_ = (next_pending_ + 1) % kMaxPending;
-        __builtin_prefetch(&buckets_[i], 1);
-        return -1;
-      }
+    const Probe p = Locate(key);
+    if (p.found) {
+      Bucket& b = MutableBucketAt(p.index);
+      const int64_t prev = b.slot;
+      b.slot = slot;
+      return prev;
     }
+    // A new key: the tags already say where it goes, so in a large table
+    // its bucket is written later rather than now (see pending_).
+    tags_[p.index] = p.tag;
+    ++size_;
+    if (mask_ + 1 < defer_min_buckets_) {
+      buckets_[p.index] = Bucket{key, slot};
+      return -1;
+    }
+    // Round robin: the entry replaced is the oldest, written out now that
+    // its line has had kMaxPending inserts' time to arrive.
+    PendingWrite& w = pending_[next_pending_];
+    if (w.bucket_index != kNoBucket) {
+      buckets_[w.bucket_index] = w.bucket;
+    } else {
+      ++num_pending_;
+    }
+    w = PendingWrite{p.index, Bucket{key, slot}};
+    next_pending_ = (next_pending_ + 1) % kMaxPending;
+    __builtin_prefetch(&buckets_[p.index], 1);
+    return -1;
   }
 
   // Removes `key` if it is filed under exactly `slot`; true if it was.
   bool EraseIfFiledUnder(int64_t key, int64_t slot) {
-    const uint64_t h = Hash(key);
-    const uint8_t tag = TagOf(h);
-    for (size_t i = HomeOf(h);; i = (i + 1) & mask_) {
-      const uint8_t t = tags_[i];
-      if (t == tag) {
-        const Bucket& b = BucketAt(i);
-        if (b.key == key) {
-          if (b.slot != slot) return false;
-          EraseAt(i);
-          return true;
-        }
-      }
-      if (t == kEmptyTag) return false;
-    }
+    const Probe p = Locate(key);
+    if (!p.found || BucketAt(p.index).slot != slot) return false;
+    EraseAt(p.index);
+    return true;
   }
 
   // Starts fetching the tag and the bucket `key` would be found in.
@@ -173,6 +147,24 @@ class HashIndex {
   }
   uint8_t TagOf(uint64_t hash) const {
     return static_cast<uint8_t>(hash >> (shift_ - 7)) | 0x80;
+  }
+
+  // Where `key` is (found), or the empty bucket its probe run ends at, which
+  // is where it would go; and its tag. Reads a bucket only where the tag
+  // matches.
+  struct Probe {
+    size_t index;
+    uint8_t tag;
+    bool found;
+  };
+  Probe Locate(int64_t key) const {
+    const uint64_t h = Hash(key);
+    const uint8_t tag = TagOf(h);
+    for (size_t i = HomeOf(h);; i = (i + 1) & mask_) {
+      const uint8_t t = tags_[i];
+      if (t == tag && BucketAt(i).key == key) return Probe{i, tag, true};
+      if (t == kEmptyTag) return Probe{i, tag, false};
+    }
   }
 
   // The pending write to bucket i, or null.
