@@ -23,6 +23,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <initializer_list>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <string>
@@ -478,47 +479,44 @@ void TraceComparison() {
     return calls.size() / (replay_once(checksum) * 1e-9);
   };
   const int reps = absl::GetFlag(FLAGS_reps);
-  if (!absl::GetFlag(FLAGS_reference)) {
-    std::vector<double> rates;
-    for (int r = 0; r < reps; ++r) rates.push_back(cpp_rate());
-    const double cpp = Median(rates);
-    std::printf(
-        "\n(a) scheduler trace: %zu pool calls (%lld refused), median of %d\n",
-        calls.size(), static_cast<long long>(refused), reps);
-    std::printf("    %-22s %14.0f calls/s  %8.1f ns/call\n", "SlotPool (C++)",
-                cpp, 1e9 / cpp);
-    return;
-  }
+  const bool with_reference = absl::GetFlag(FLAGS_reference);
   // The reference's repetitions interleaved with as many more of the pool's,
   // each pair back to back (who goes first alternates), so that a machine
   // whose speed drifts (these VMs do, by a third within a session) moves
   // both sides of a ratio together. The ratio is the median of the pairs'.
-  PacedReference reference(absl::StrCat(
-      "python3 ", src, "/bench/reference_timing.py --paced --reference-dir ",
-      ref, " ", trace));
-  std::vector<double> ref_rate, cpp_rates, ratios;
+  std::unique_ptr<PacedReference> reference;
+  if (with_reference) {
+    reference = std::make_unique<PacedReference>(absl::StrCat(
+        "python3 ", src, "/bench/reference_timing.py --paced --reference-dir ",
+        ref, " ", trace));
+  }
+  std::vector<double> ref_rates, cpp_rates, ratios;
   for (int r = 0; r < reps; ++r) {
     double py = 0;
-    if (r % 2 == 0) py = reference.RunOnce();
+    if (reference && r % 2 == 0) py = reference->RunOnce();
     const double c = cpp_rate();
-    if (r % 2 == 1) py = reference.RunOnce();
-    ref_rate.push_back(py);
+    if (reference && r % 2 == 1) py = reference->RunOnce();
     cpp_rates.push_back(c);
-    ratios.push_back(c / py);
+    if (reference) {
+      ref_rates.push_back(py);
+      ratios.push_back(c / py);
+    }
   }
-  const double py = Median(ref_rate);
-  const double cpp = Median(cpp_rates);
   std::printf(
       "\n(a) scheduler trace: %zu pool calls (%lld refused), median of %d\n",
       calls.size(), static_cast<long long>(refused), reps);
-  std::printf("    %-22s %14.0f calls/s  %8.1f ns/call\n", "reference (Python)",
-              py, 1e9 / py);
-  std::printf("    %-22s %14.0f calls/s  %8.1f ns/call\n", "SlotPool (C++)",
-              cpp, 1e9 / cpp);
-  std::printf(
-      "    ratio C++/reference    %14.1fx  (median of %d pairs, each "
-      "run back to back: %s)\n",
-      Median(ratios), reps, FormatRatios(ratios).c_str());
+  auto print_rate = [](const char* who, double rate) {
+    std::printf("    %-22s %14.0f calls/s  %8.1f ns/call\n", who, rate,
+                1e9 / rate);
+  };
+  if (reference) print_rate("reference (Python)", Median(ref_rates));
+  print_rate("SlotPool (C++)", Median(cpp_rates));
+  if (reference) {
+    std::printf(
+        "    ratio C++/reference    %14.1fx  (median of %d pairs, each "
+        "run back to back: %s)\n",
+        Median(ratios), reps, FormatRatios(ratios).c_str());
+  }
 }
 
 // ---------------------------------------------------------------- part (b)

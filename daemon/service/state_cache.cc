@@ -368,7 +368,7 @@ absl::Status StateCache::Step(const v1::StepRequest& request,
     ASSIGN_OR_RETURN(Session * session, FindSession(request.session_id()));
     response->set_epoch(epoch_);
     response->mutable_results()->Reserve(request.operations_size());
-    const bool timed = timed_operations_;
+    const bool timed = seconds_per_tick_ > 0;
     // One clock read per operation boundary: each operation's end is the
     // next one's start.
     uint64_t mark = timed ? CycleClock::Now() : 0;

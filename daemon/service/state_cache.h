@@ -120,7 +120,6 @@ class StateCache {
   void AddObserver(StateCacheObserver* observer) {
     observers_.push_back(observer);
     if (observer->wants_operations()) {
-      timed_operations_ = true;
       seconds_per_tick_ = CycleClock::SecondsPerTick();  // calibrated once
     }
   }
@@ -260,8 +259,9 @@ class StateCache {
   const uint64_t epoch_;
   const absl::Time start_time_;
   std::vector<StateCacheObserver*> observers_;
-  bool timed_operations_ = false;
-  double seconds_per_tick_ = 0;  // CycleClock's, once timed
+  // CycleClock's seconds per tick once some observer wants operation
+  // timings; 0 while none does (then a Step reads no clock).
+  double seconds_per_tick_ = 0;
   // The current Step's samples (reused: no allocation per Step).
   std::vector<OperationSample> samples_ ABSL_GUARDED_BY(mu_);
   // A session's pins in slot order, for its clock (reused).
