@@ -8,8 +8,8 @@ fresh seed and randomly drawn configurations, run them on the reference
     run_fresh.py --replay BIN --long-slots N [--calls N] ...
 
 With --long-slots, one long trace (no dumps) on a pool of N slots instead:
-from 32768 slots up the pool's index holds new entries' writes back, which
-the small pools of the random configurations never reach.
+from 16385 slots up (64k index buckets) the pool's index holds new entries'
+writes back, which the small pools of the random configurations never reach.
 
 The seed is --seed, else $STATECACHE_PARITY_SEED, else derived from the
 current time; it is printed first, so a failure can be reproduced with
