@@ -34,6 +34,10 @@ Usage:
                   [--reference-dir D] [--no-expected]
     gen_traces.py --out-dir DIR --random K [--seed N] [--calls N]   # random configs
     gen_traces.py --long PATH [--calls 200000] [--long-config NAME] [--long-slots N]
+                                       # NAME: any configuration (default
+                                       # long_fork1_midstep_spec2, 96 slots;
+                                       # long_h200_fork1_midstep_spec2 is a
+                                       # deployment's 256-request batch)
     gen_traces.py --list
 
 Standard library only.
@@ -166,6 +170,19 @@ LONG_CONFIG = dict(BASE, name="long_fork1_midstep_spec2", num_slots=96,
                    max_running=14, max_admit=6, max_convs=28, p_arrival=0.5,
                    kv_blocks=400, prefill_budget=4096, p_clear=0.0005,
                    dump_every=0, calls=200000)
+
+
+# The long trace scaled to one H200 serving a hybrid model: vLLM's default
+# batch of 256 running requests, each 1 + 2 speculative slots wide (768
+# live), in a pool of 2048 slots whose other slots hold checkpoints, a 1M-token
+# KV cache (16k blocks of 64) and a 16k-token prefill budget per pass, with
+# conversations arriving fast enough to keep the batch full; an operator
+# resizes now and then (a shrink campaign every ~500 passes, not every ~100).
+DEPLOY_CONFIG = dict(LONG_CONFIG, name="long_h200_fork1_midstep_spec2",
+                     num_slots=2048, max_running=256, max_admit=64,
+                     max_convs=1600, p_arrival=6.0, kv_blocks=16000,
+                     prefill_budget=16384, output=(16, 400), p_resize=0.002)
+LONG_CONFIGS = {c["name"]: c for c in (LONG_CONFIG, DEPLOY_CONFIG)}
 
 
 def random_config(rng, index, calls):
@@ -685,8 +702,16 @@ class Generator:
 
     def arrivals(self):
         cfg = self.cfg
-        if len(self.convs) < cfg["max_convs"] and self.rng.random() < cfg["p_arrival"]:
-            self.new_conversation()
+        p = cfg["p_arrival"]
+        if p <= 1:
+            if len(self.convs) < cfg["max_convs"] and self.rng.random() < p:
+                self.new_conversation()
+        else:
+            # Above one per pass: int(p) arrivals, one more with the
+            # fraction's chance (a busy server's arrival rate).
+            n = int(p) + (self.rng.random() < p - int(p))
+            for _ in range(min(n, cfg["max_convs"] - len(self.convs))):
+                self.new_conversation()
         for conv in list(self.convs):
             if conv.active is None and conv.next_pass <= self.pass_no:
                 self.start_turn(conv)
@@ -1203,11 +1228,12 @@ def main(argv=None):
     args = ap.parse_args(argv)
 
     if args.list:
-        for name, c in CONFIGS.items():
-            print(f"{name}: slots={c['num_slots']} kind={c['kind']} "
+        for name, c in {**CONFIGS, **LONG_CONFIGS}.items():
+            long = " (--long-config)" if name in LONG_CONFIGS else ""
+            print(f"{name}{long}: slots={c['num_slots']} kind={c['kind']} "
                   f"fork_tokens={c['fork_tokens']} midstep={c['readable']} "
                   f"spec={c['num_spec']} resize={c['resize']} enabled={c['enabled']} "
-                  f"calls={c['calls']}")
+                  f"running={c['max_running']} calls={c['calls']}")
         return 0
 
     reference_dir = os.path.abspath(args.reference_dir)
@@ -1215,7 +1241,11 @@ def main(argv=None):
     run_trace_path = os.path.join(reference_dir, "run_trace.py")
 
     if args.long:
-        cfg = dict(CONFIGS[args.long_config]) if args.long_config else dict(LONG_CONFIG)
+        name = args.long_config or LONG_CONFIG["name"]
+        known = {**LONG_CONFIGS, **CONFIGS}
+        if name not in known:
+            ap.error(f"--long-config {name}: not one of {', '.join(known)}")
+        cfg = dict(known[name])
         cfg["dump_every"] = 0
         if args.long_slots:
             cfg["num_slots"] = args.long_slots

@@ -5,11 +5,16 @@ fresh seed and randomly drawn configurations, run them on the reference
 
     run_fresh.py --replay BIN [--reference-dir D] [--seed N] [--count K]
                  [--calls N] [--keep]
-    run_fresh.py --replay BIN --long-slots N [--calls N] ...
+    run_fresh.py --replay BIN [--long-config NAME] [--long-slots N]
+                 [--calls N] ...
 
-With --long-slots, one long trace (no dumps) on a pool of N slots instead:
-from 16385 slots up (64k index buckets) the pool's index holds new entries'
-writes back, which the small pools of the random configurations never reach.
+With --long-config or --long-slots, one long trace (no dumps) instead: of
+gen_traces.py's configuration NAME (default: its long one), on a pool of N
+slots if given. From 16385 slots up (64k index buckets) the pool's index
+holds new entries' writes back, which the small pools of the random
+configurations never reach; the long_h200 configuration runs a deployment's
+batch (256 requests, 2048 slots), where resizes relocate hundreds of live
+slots.
 
 The seed is --seed, else $STATECACHE_PARITY_SEED, else derived from the
 current time; it is printed first, so a failure can be reproduced with
@@ -45,6 +50,9 @@ def main(argv=None):
     ap.add_argument("--keep", action="store_true", help="keep the traces")
     ap.add_argument("--long-slots", type=int, metavar="N",
                     help="one long trace on a pool of N slots instead")
+    ap.add_argument("--long-config", metavar="NAME",
+                    help="one long trace of this gen_traces.py configuration "
+                         "instead")
     args = ap.parse_args(argv)
 
     seed = args.seed
@@ -59,13 +67,19 @@ def main(argv=None):
     # Expected files come from run_trace.py itself (a separate process), and
     # the generator checks they match what it saw in-process.
     try:
-        if args.long_slots:
-            long_trace = os.path.join(out, f"long_{args.long_slots}_slots.jsonl")
-            rc = gen_traces.main([
-                "--long", long_trace, "--long-slots", str(args.long_slots),
-                "--seed", str(seed), "--calls", str(args.calls),
-                "--reference-dir", args.reference_dir, "-q",
-            ])
+        if args.long_slots or args.long_config:
+            name = args.long_config or "long"
+            if args.long_slots:
+                name += f"_{args.long_slots}_slots"
+            long_trace = os.path.join(out, f"{name}.jsonl")
+            gen_args = ["--long", long_trace, "--seed", str(seed),
+                        "--calls", str(args.calls),
+                        "--reference-dir", args.reference_dir, "-q"]
+            if args.long_slots:
+                gen_args += ["--long-slots", str(args.long_slots)]
+            if args.long_config:
+                gen_args += ["--long-config", args.long_config]
+            rc = gen_traces.main(gen_args)
             if not rc:
                 rc = subprocess.call([
                     sys.executable,
