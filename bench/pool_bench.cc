@@ -435,8 +435,8 @@ std::vector<std::string> Traces() {
   std::vector<std::string> traces;
   for (const char* config :
        {"long_fork1_midstep_spec2", "long_h200_fork1_midstep_spec2"}) {
-    std::string trace = absl::StrCat("/tmp/statecache_pool_bench_", config,
-                                     ".jsonl");
+    std::string trace =
+        absl::StrCat("/tmp/statecache_pool_bench_", config, ".jsonl");
     std::printf("generating a %d-call scheduler trace (%s)...\n",
                 absl::GetFlag(FLAGS_calls), config);
     std::fflush(stdout);
