@@ -166,10 +166,17 @@ absl::StatusOr<StepResults> FromProto(const v1::StepResponse& response,
   return results;
 }
 
-// One Step's request (the builder's operations and the session id) and its
-// response, on one arena: a few hundred operations and results cost a block
-// or two of arena instead of a heap allocation per message and field, and
-// are freed at once. 64 KB holds a 256-operation pass's both ways.
+// One Step's request (the session id and the builder's operations) and its
+// response, on one arena: a few hundred results cost a block or two of arena
+// instead of a heap allocation per message and field, and are freed at once.
+// 64 KB holds a 256-operation pass's results.
+//
+// The request borrows the builder's operations instead of copying them (a
+// copy of a 256-operation pass took ~7.5 us): UnsafeArenaAddAllocated files
+// a pointer without taking ownership, and an arena never runs its messages'
+// destructors, so the borrowed operations are neither changed nor freed.
+// Only const methods (serialisation) run on them, which protobuf allows
+// from several threads at once.
 struct StepMessages {
   explicit StepMessages(const v1::StepRequest& operations,
                         const std::string& session_id)
@@ -178,8 +185,12 @@ struct StepMessages {
             google::protobuf::Arena::CreateMessage<v1::StepRequest>(&arena)),
         response(
             google::protobuf::Arena::CreateMessage<v1::StepResponse>(&arena)) {
-    *request = operations;
     request->set_session_id(session_id);
+    auto* ops = request->mutable_operations();
+    ops->Reserve(operations.operations_size());
+    for (const v1::Operation& op : operations.operations()) {
+      ops->UnsafeArenaAddAllocated(const_cast<v1::Operation*>(&op));
+    }
   }
   static google::protobuf::ArenaOptions Options() {
     google::protobuf::ArenaOptions options;

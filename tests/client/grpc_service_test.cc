@@ -237,6 +237,51 @@ TEST_F(GrpcServiceTest, StepStreamedAnswersInOrder) {
   }
 }
 
+// Step and StepStreamed send the builder's own operations (no copy): the
+// builder must come back unchanged, ready to be sent again, and one const
+// builder may be sent from several threads at once.
+TEST_F(GrpcServiceTest, StepLeavesItsBuilderIntactForReuse) {
+  StartServer();
+  auto client = Connect();
+  ASSERT_TRUE(client->Attach(TestIdentity(), "reuse").ok());
+  const std::vector<int64_t> hashes = {101, 102, 103};
+  StepBuilder admit;
+  admit.Admit("r1", 1, 256, 0, hashes, 0);
+  ASSERT_TRUE(client->Step(admit).ok());
+  // Queries only, so every send has the same answers.
+  StepBuilder queries;
+  queries.Lookup(101).ResumableHit(256, hashes, 3).Lookup(7);
+  auto check = [](const absl::StatusOr<StepResults>& results) {
+    ASSERT_TRUE(results.ok()) << results.status();
+    ASSERT_EQ(results->results.size(), 3u);
+    EXPECT_EQ(results->Get<LookupResult>(0)->slot, -1);
+    EXPECT_EQ(results->Get<ResumableHitResult>(1)->blocks, 0);
+    EXPECT_EQ(results->Get<LookupResult>(2)->slot, -1);
+  };
+  for (int i = 0; i < 3; ++i) {
+    check(client->Step(queries));
+    check(client->StepStreamed(queries));
+  }
+  EXPECT_EQ(queries.size(), 3u);
+  const StepBuilder& shared = queries;
+  std::vector<std::thread> senders;
+  for (int t = 0; t < 4; ++t) {
+    senders.emplace_back([&, t] {
+      for (int i = 0; i < 25; ++i) {
+        check(t % 2 ? client->Step(shared) : client->StepStreamed(shared));
+      }
+    });
+  }
+  for (std::thread& t : senders) t.join();
+  EXPECT_EQ(queries.size(), 3u);
+  // The admission's builder too: sending it again is a duplicate admission
+  // (the daemon saw the same operation), not an empty step.
+  auto again = client->Step(admit);
+  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_EQ(again->results.size(), 1u);
+  EXPECT_TRUE(absl::IsAlreadyExists(again->Get<AdmitResult>(0).status()));
+}
+
 // The wire contract of StepStream, with the generated stub.
 TEST_F(GrpcServiceTest, StepStreamRefusesMessagesAndStaysOpen) {
   StartServer();
