@@ -10,6 +10,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "proto/message_arena.h"
 #include "proto/statecache/v1/statecache.grpc.pb.h"
 #include "proto/statecache/v1/statecache.pb.h"
 
@@ -169,7 +170,6 @@ absl::StatusOr<StepResults> FromProto(const v1::StepResponse& response,
 // One Step's request (the session id and the builder's operations) and its
 // response, on one arena: a few hundred results cost a block or two of arena
 // instead of a heap allocation per message and field, and are freed at once.
-// 64 KB holds a 256-operation pass's results.
 //
 // The request borrows the builder's operations instead of copying them (a
 // copy of a 256-operation pass took ~7.5 us): UnsafeArenaAddAllocated files
@@ -180,7 +180,7 @@ absl::StatusOr<StepResults> FromProto(const v1::StepResponse& response,
 struct StepMessages {
   explicit StepMessages(const v1::StepRequest& operations,
                         const std::string& session_id)
-      : arena(Options()),
+      : arena(MessageArenaOptions()),
         request(
             google::protobuf::Arena::CreateMessage<v1::StepRequest>(&arena)),
         response(
@@ -191,12 +191,6 @@ struct StepMessages {
     for (const v1::Operation& op : operations.operations()) {
       ops->UnsafeArenaAddAllocated(const_cast<v1::Operation*>(&op));
     }
-  }
-  static google::protobuf::ArenaOptions Options() {
-    google::protobuf::ArenaOptions options;
-    options.start_block_size = 64 << 10;
-    options.max_block_size = 256 << 10;
-    return options;
   }
   google::protobuf::Arena arena;
   v1::StepRequest* request;

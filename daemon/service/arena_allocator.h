@@ -11,16 +11,9 @@
 #include <google/protobuf/arena.h>
 #include <grpcpp/support/message_allocator.h>
 
-namespace statecache {
+#include "proto/message_arena.h"
 
-// The arena options for one call's (or one StepStream message's) request
-// and response: a 256-operation pass both ways fits the first block.
-inline google::protobuf::ArenaOptions MessageArenaOptions() {
-  google::protobuf::ArenaOptions options;
-  options.start_block_size = 64 << 10;
-  options.max_block_size = 256 << 10;
-  return options;
-}
+namespace statecache {
 
 template <typename Request, typename Response>
 class ArenaMessageAllocator final
