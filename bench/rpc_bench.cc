@@ -43,6 +43,7 @@
 #include "client/statecache_client.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/service/state_cache.h"
+#include "proto/packed_form.h"
 #include "proto/statecache/v1/statecache.grpc.pb.h"
 
 ABSL_FLAG(std::string, statecached, STATECACHED_PATH_DEFAULT,
@@ -261,13 +262,29 @@ std::atomic<int64_t> g_refused{0};
 std::string g_first_refusal;
 
 void CheckStep(const v1::StepResponse& resp) {
-  for (const auto& r : resp.results()) {
-    if (r.code() != 0 && r.code() != 8 /*RESOURCE_EXHAUSTED*/) {
+  auto check = [](uint32_t code, const std::string& message) {
+    if (code != 0 && code != 8 /*RESOURCE_EXHAUSTED*/) {
       if (g_refused.fetch_add(1) == 0) {
-        g_first_refusal = absl::StrCat(r.code(), " ", r.message());
+        g_first_refusal = absl::StrCat(code, " ", message);
       }
     }
+  };
+  for (const auto& r : resp.results()) check(r.code(), r.message());
+  const v1::PackedResults& packed = resp.packed_results();
+  int refusal = 0;
+  for (uint32_t code : packed.codes()) {
+    if (code != 0) check(code, packed.messages(refusal++));
   }
+}
+
+// The same pass in the packed form (PackedOperations), as a scheduler that
+// builds its passes as columns sends it.
+v1::StepRequest Packed(v1::StepRequest req) {
+  if (!PackOperations(req.operations(), req.mutable_packed()).ok()) {
+    std::exit(1);
+  }
+  req.clear_operations();
+  return req;
 }
 
 Latency PingLatency(v1::StateCache::Stub& stub, int n) {
@@ -301,7 +318,7 @@ void FillBatch(v1::StateCache::Stub& stub, Scheduler& sched) {
 // one-op Step costs ~1.3x Ping, a served one ~1.1x), to set against the full
 // Step.
 Latency UnaryStepLatency(v1::StateCache::Stub& stub, int ops, int n,
-                         bool refused = false) {
+                         bool refused = false, bool packed = false) {
   Scheduler sched(Attach(stub), ops, 7);
   FillBatch(stub, sched);
   std::vector<double> us;
@@ -310,6 +327,7 @@ Latency UnaryStepLatency(v1::StateCache::Stub& stub, int ops, int n,
   v1::StepResponse resp;
   for (int i = 0; i < n; ++i) {
     v1::StepRequest req = sched.NextPass();  // built before the clock
+    if (packed) req = Packed(std::move(req));
     if (refused) req.set_session_id("no-such-session");
     grpc::ClientContext ctx;
     resp.Clear();
@@ -356,7 +374,8 @@ Latency PingWithPassBytesLatency(v1::StateCache::Stub& stub, int ops, int n) {
   return Summarise(us);
 }
 
-Latency StreamStepLatency(v1::StateCache::Stub& stub, int ops, int n) {
+Latency StreamStepLatency(v1::StateCache::Stub& stub, int ops, int n,
+                          bool packed = false) {
   Scheduler sched(Attach(stub), ops, 11);
   grpc::ClientContext ctx;
   auto stream = stub.StepStream(&ctx);
@@ -367,7 +386,8 @@ Latency StreamStepLatency(v1::StateCache::Stub& stub, int ops, int n) {
     if (!stream->Write(sched.NextPass()) || !stream->Read(&resp)) std::exit(1);
   }
   for (int i = 0; i < n; ++i) {
-    const v1::StepRequest req = sched.NextPass();
+    const v1::StepRequest req =
+        packed ? Packed(sched.NextPass()) : sched.NextPass();
     const auto t0 = Clock::now();
     if (!stream->Write(req) || !stream->Read(&resp)) {
       std::fprintf(stderr, "stream broke\n");
@@ -531,14 +551,16 @@ struct InProcessCache {
 // processes: the request serialised and parsed (onto the call's arena), the
 // response serialised and parsed back; what is left between this and a
 // unary Step is gRPC and the socket.
-Latency InProcessStepLatency(int ops, int n, bool wire = false) {
+Latency InProcessStepLatency(int ops, int n, bool wire = false,
+                             bool packed = false) {
   InProcessCache in(ops);
   StateCache* cache = in.cache.get();
   Scheduler& sched = *in.sched;
   std::vector<double> us;
   us.reserve(n);
   for (int i = 0; i < n; ++i) {
-    const v1::StepRequest req = sched.NextPass();
+    const v1::StepRequest req =
+        packed ? Packed(sched.NextPass()) : sched.NextPass();
     // Request and response on a per-call arena, as the daemon's
     // ArenaMessageAllocator gives them.
     google::protobuf::Arena arena;
@@ -569,7 +591,7 @@ Latency InProcessStepLatency(int ops, int n, bool wire = false) {
 // path a call takes), next to the core's Step. With --evict_kb, other
 // memory is written between passes first: in a hot loop every stage finds
 // its data in cache, which a pass between two waits on a socket does not.
-void WireBreakdown(int ops, int n) {
+void WireBreakdown(int ops, int n, bool packed) {
   InProcessCache in(ops);
   StateCache* cache = in.cache.get();
   Scheduler& sched = *in.sched;
@@ -580,7 +602,8 @@ void WireBreakdown(int ops, int n) {
       static_cast<size_t>(std::max(0, absl::GetFlag(FLAGS_evict_kb))) << 10;
   std::vector<char> other(evict_bytes);
   for (int i = 0; i < n; ++i) {
-    const v1::StepRequest req = sched.NextPass();
+    const v1::StepRequest req =
+        packed ? Packed(sched.NextPass()) : sched.NextPass();
     // One write per line.
     for (size_t k = 0; k < evict_bytes; k += 64) ++other[k];
     google::protobuf::Arena arena;
@@ -623,9 +646,9 @@ void WireBreakdown(int ops, int n) {
                          "daemon: Step (core)", "daemon: serialise response",
                          "client: parse response"};
   std::printf(
-      "a %d-op pass stage by stage (request %zu bytes, response %zu "
+      "a %d-op pass%s stage by stage (request %zu bytes, response %zu "
       "bytes; %s), p50 us:\n",
-      ops, req_bytes, resp_bytes,
+      ops, packed ? ", packed," : "", req_bytes, resp_bytes,
       evict_bytes == 0
           ? "caches warm"
           : absl::StrCat(evict_bytes >> 10, " KiB written between passes")
@@ -651,18 +674,24 @@ int main(int argc, char** argv) {
   using namespace statecache;
   absl::ParseCommandLine(argc, argv);
   if (absl::GetFlag(FLAGS_wire_breakdown)) {
-    for (int ops : {64, 256})
-      WireBreakdown(ops, absl::GetFlag(FLAGS_iterations));
+    for (int ops : {64, 256}) {
+      for (bool packed : {false, true}) {
+        WireBreakdown(ops, absl::GetFlag(FLAGS_iterations), packed);
+      }
+    }
     return 0;
   }
   if (absl::GetFlag(FLAGS_in_process_only)) {
     for (int ops : {64, 256}) {
-      for (bool wire : {false, true}) {
-        Latency l =
-            InProcessStepLatency(ops, absl::GetFlag(FLAGS_iterations), wire);
-        std::printf("in-process%s, %d ops: p50 %.1f us, p99 %.1f us\n",
-                    wire ? " + protobuf both ways" : "", ops, l.p50_us,
-                    l.p99_us);
+      for (bool packed : {false, true}) {
+        for (bool wire : {false, true}) {
+          Latency l = InProcessStepLatency(ops, absl::GetFlag(FLAGS_iterations),
+                                           wire, packed);
+          std::printf("in-process%s%s, %d ops: p50 %.1f us, p99 %.1f us\n",
+                      packed ? ", packed" : "",
+                      wire ? " + protobuf both ways" : "", ops, l.p50_us,
+                      l.p99_us);
+        }
       }
     }
     return 0;
@@ -688,9 +717,15 @@ int main(int argc, char** argv) {
        [&] { return PingWithPassBytesLatency(*stub, 256, n); }},
       {"  256 ops, refused",
        [&] { return UnaryStepLatency(*stub, 256, n, /*refused=*/true); }},
+      {"Step, 64 ops, packed",
+       [&] { return UnaryStepLatency(*stub, 64, n, false, /*packed=*/true); }},
+      {"Step, 256 ops, packed",
+       [&] { return UnaryStepLatency(*stub, 256, n, false, /*packed=*/true); }},
       {"StepStream, 1 op", [&] { return StreamStepLatency(*stub, 1, n); }},
       {"StepStream, 64 ops", [&] { return StreamStepLatency(*stub, 64, n); }},
       {"StepStream, 256 ops", [&] { return StreamStepLatency(*stub, 256, n); }},
+      {"StepStream, 256 ops, packed",
+       [&] { return StreamStepLatency(*stub, 256, n, /*packed=*/true); }},
       {"Client::Step, 256 ops",
        [&] { return ClientStepLatency(daemon.address(), 256, n, false); }},
       {"Client stream, 256 ops",

@@ -39,6 +39,11 @@ void Observe(RpcObserver* observer, RpcMethod method,
                   absl::ToDoubleSeconds(absl::Now() - start));
 }
 
+// A step's operations, in whichever form it carries them.
+int OperationCount(const v1::StepRequest& request) {
+  return request.operations_size() + request.packed().kinds_size();
+}
+
 // Finishes a unary call with `status` from the core.
 grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context,
                                       const absl::Status& status,
@@ -139,6 +144,7 @@ class StepStreamReactor final
     }
     if (!status.ok()) {
       response.clear_results();
+      response.clear_packed_results();
       response.set_error_code(static_cast<int32_t>(status.code()));
       response.set_error_message(std::string(status.message()));
     }
@@ -146,7 +152,7 @@ class StepStreamReactor final
     Observe(observer_, RpcMethod::kStepStream, status, start);
     if (log::Verbosity() >= 1) {
       LOG_DEBUG("rpc StepStream peer=%s session=%s ops=%d -> %s (%dus)", peer_,
-                request.session_id(), request.operations_size(),
+                request.session_id(), OperationCount(request),
                 status.ok() ? "OK" : status.ToString(),
                 absl::ToInt64Microseconds(absl::Now() - start));
     }
@@ -310,7 +316,7 @@ grpc::ServerUnaryReactor* StateCacheGrpcService::Step(
   if (log::Verbosity() >= 1) {
     LogCall("Step", context, start, status,
             absl::StrCat("session=", request->session_id(),
-                         " ops=", request->operations_size()));
+                         " ops=", OperationCount(*request)));
   }
   return FinishUnary(context, status, observer_, RpcMethod::kStep, start);
 }

@@ -123,12 +123,47 @@ absl::StatusOr<std::unique_ptr<StateCache>> StateCache::Create(
       new StateCache(std::move(options), std::move(pool)));
 }
 
+// Read into by RunPackedOperation, one kind at a time.
+struct StateCache::PackedScratch {
+  v1::BeginPass begin_pass;
+  v1::BeginPassResult begin_pass_result;
+  v1::Admit admit;
+  v1::AdmitResult admit_result;
+  v1::ResumableHit resumable_hit;
+  v1::ResumableHitResult resumable_hit_result;
+  v1::Lookup lookup;
+  v1::LookupResult lookup_result;
+  v1::Reserve reserve;
+  v1::ReserveResult reserve_result;
+  v1::Publish publish;
+  v1::PublishResult publish_result;
+  v1::Cancel cancel;
+  v1::CancelResult cancel_result;
+  v1::Checkpoint checkpoint;
+  v1::CheckpointResult checkpoint_result;
+  v1::ConsumeFork consume_fork;
+  v1::ConsumeForkResult consume_fork_result;
+  v1::AdoptForkSource adopt_fork_source;
+  v1::AdoptForkSourceResult adopt_fork_source_result;
+  v1::Release release;
+  v1::ReleaseResult release_result;
+  v1::Unindex unindex;
+  v1::UnindexResult unindex_result;
+  v1::ClearIndex clear_index;
+  v1::ClearIndexResult clear_index_result;
+  v1::Copy copy;
+  v1::CopyResult copy_result;
+  v1::Snapshot snapshot;
+  v1::SnapshotResult snapshot_result;
+};
+
 StateCache::StateCache(StateCacheOptions options, SlotPool pool)
     : options_(std::move(options)),
       device_(options_.device.get()),
       clock_(options_.clock ? options_.clock : Clock::Real()),
       epoch_(options_.epoch ? options_.epoch : NewEpoch(clock_->Now())),
       start_time_(clock_->Now()),
+      packed_scratch_(std::make_unique<PackedScratch>()),
       pool_(std::move(pool)) {
   owners_.resize(pool_.capacity());
 }
@@ -351,15 +386,27 @@ Sequence StateCache::SequenceOf(const Request& request) const {
 
 absl::Status StateCache::Step(const v1::StepRequest& request,
                               v1::StepResponse* response) {
-  if (request.operations_size() > options_.max_operations_per_step) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "step carries ", request.operations_size(), " operations; at most ",
-        options_.max_operations_per_step));
+  // Everything that can refuse the whole step is checked before the lock.
+  const bool packed = request.has_packed();
+  const int n =
+      packed ? request.packed().kinds_size() : request.operations_size();
+  if (packed && request.operations_size() > 0) {
+    return absl::InvalidArgumentError(
+        "step carries both `operations` and `packed`; send one form");
   }
-  for (int i = 0; i < request.operations_size(); ++i) {
-    if (request.operations(i).kind_case() == v1::Operation::KIND_NOT_SET) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("operation ", i, " has no kind set"));
+  if (n > options_.max_operations_per_step) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step carries ", n, " operations; at most ",
+                     options_.max_operations_per_step));
+  }
+  if (packed) {
+    RETURN_IF_ERROR(ValidatePackedOperations(request.packed()));
+  } else {
+    for (int i = 0; i < n; ++i) {
+      if (request.operations(i).kind_case() == v1::Operation::KIND_NOT_SET) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("operation ", i, " has no kind set"));
+      }
     }
   }
   std::function<void()> done;
@@ -367,24 +414,43 @@ absl::Status StateCache::Step(const v1::StepRequest& request,
     absl::MutexLock lock(&mu_);
     ASSIGN_OR_RETURN(Session * session, FindSession(request.session_id()));
     response->set_epoch(epoch_);
-    response->mutable_results()->Reserve(request.operations_size());
+    PackedOperationReader reader(request.packed());
+    v1::PackedResults* packed_results = nullptr;
+    if (packed) {
+      packed_results = response->mutable_packed_results();
+      // Most results are a few values; room for them up front.
+      packed_results->mutable_codes()->Reserve(n);
+      packed_results->mutable_values()->Reserve(4 * n);
+    } else {
+      response->mutable_results()->Reserve(n);
+    }
+    PackedResultWriter writer(packed_results);
     const bool timed = seconds_per_tick_ > 0;
     // One clock read per operation boundary: each operation's end is the
     // next one's start.
     uint64_t mark = timed ? CycleClock::Now() : 0;
-    for (const v1::Operation& op : request.operations()) {
-      v1::OperationResult* result = response->add_results();
-      absl::Status status = RunOperation(*session, op, result);
-      if (!status.ok()) {
-        result->clear_result();
-        result->set_code(static_cast<int32_t>(status.code()));
-        result->set_message(std::string(status.message()));
+    for (int i = 0; i < n; ++i) {
+      v1::Operation::KindCase kind;
+      absl::Status status;
+      if (packed) {
+        kind = reader.kind();
+        status = RunPackedOperation(*session, reader, writer);
+      } else {
+        const v1::Operation& op = request.operations(i);
+        kind = op.kind_case();
+        v1::OperationResult* result = response->add_results();
+        status = RunOperation(*session, op, result);
+        if (!status.ok()) {
+          result->clear_result();
+          result->set_code(static_cast<int32_t>(status.code()));
+          result->set_message(std::string(status.message()));
+        }
       }
       if (timed) {
         const uint64_t now = CycleClock::Now();
         const uint64_t ticks = now > mark ? now - mark : 0;
         samples_.push_back(
-            OperationSample{op.kind_case(), status.code(),
+            OperationSample{kind, status.code(),
                             static_cast<double>(ticks) * seconds_per_tick_});
         mark = now;
       }
@@ -404,79 +470,160 @@ absl::Status StateCache::RunOperation(Session& session, const v1::Operation& op,
                                       v1::OperationResult* result) {
   switch (op.kind_case()) {
     case v1::Operation::kBeginPass:
-      return BeginPass(session, result->mutable_begin_pass());
+      return Apply(session, op.begin_pass(), result->mutable_begin_pass());
     case v1::Operation::kAdmit:
-      return Admit(session, op.admit(), result->mutable_admit());
-    case v1::Operation::kResumableHit: {
-      const v1::ResumableHit& q = op.resumable_hit();
-      if (q.num_tokens() < 0) {
-        return absl::InvalidArgumentError("num_tokens must be >= 0");
-      }
-      Sequence seq;
-      seq.num_tokens = q.num_tokens();
-      ASSIGN_OR_RETURN(
-          int64_t blocks,
-          pool_.ResumableHit(seq, q.kv_hit_blocks(),
-                             absl::MakeConstSpan(q.block_hashes().data(),
-                                                 q.block_hashes_size()),
-                             q.assume_checkpointed()));
-      result->mutable_resumable_hit()->set_blocks(static_cast<int32_t>(blocks));
-      return absl::OkStatus();
-    }
-    case v1::Operation::kLookup: {
-      ASSIGN_OR_RETURN(int64_t slot, pool_.Lookup(op.lookup().hash()));
-      result->mutable_lookup()->set_slot(slot);
-      return absl::OkStatus();
-    }
+      return Apply(session, op.admit(), result->mutable_admit());
+    case v1::Operation::kResumableHit:
+      return Apply(session, op.resumable_hit(),
+                   result->mutable_resumable_hit());
+    case v1::Operation::kLookup:
+      return Apply(session, op.lookup(), result->mutable_lookup());
     case v1::Operation::kReserve:
-      return ReserveOp(session, op.reserve(), result->mutable_reserve());
+      return Apply(session, op.reserve(), result->mutable_reserve());
     case v1::Operation::kPublish:
-      return PublishOp(session, op.publish(), result->mutable_publish());
+      return Apply(session, op.publish(), result->mutable_publish());
     case v1::Operation::kCancel:
-      return CancelOp(session, op.cancel(), result->mutable_cancel());
+      return Apply(session, op.cancel(), result->mutable_cancel());
     case v1::Operation::kCheckpoint:
-      return CheckpointOp(session, op.checkpoint(),
-                          result->mutable_checkpoint());
-    case v1::Operation::kConsumeFork: {
-      ASSIGN_OR_RETURN(Request * request,
-                       FindRequest(session, op.consume_fork().request_id()));
-      result->mutable_consume_fork()->set_fork_src(request->fork_src);
-      if (request->fork_src >= 0) {
-        session.RemoveReader(request->fork_src, request);
-        request->fork_src = -1;
-      }
-      return absl::OkStatus();
-    }
+      return Apply(session, op.checkpoint(), result->mutable_checkpoint());
+    case v1::Operation::kConsumeFork:
+      return Apply(session, op.consume_fork(), result->mutable_consume_fork());
     case v1::Operation::kAdoptForkSource:
-      return AdoptForkSourceOp(session, op.adopt_fork_source(),
-                               result->mutable_adopt_fork_source());
+      return Apply(session, op.adopt_fork_source(),
+                   result->mutable_adopt_fork_source());
     case v1::Operation::kRelease:
-      return ReleaseOp(session, op.release().request_id(),
-                       result->mutable_release());
-    case v1::Operation::kUnindex: {
-      RETURN_IF_ERROR(CheckHashes(op.unindex().hashes(), "hashes"));
-      const int64_t before = pool_.Fates().orphaned;
-      for (int64_t h : op.unindex().hashes()) RETURN_IF_ERROR(pool_.Unindex(h));
-      result->mutable_unindex()->set_orphaned(
-          static_cast<int32_t>(pool_.Fates().orphaned - before));
-      return absl::OkStatus();
-    }
+      return Apply(session, op.release(), result->mutable_release());
+    case v1::Operation::kUnindex:
+      return Apply(session, op.unindex(), result->mutable_unindex());
     case v1::Operation::kClearIndex:
-      pool_.ClearIndex();
-      result->mutable_clear_index();
-      return absl::OkStatus();
+      return Apply(session, op.clear_index(), result->mutable_clear_index());
     case v1::Operation::kCopy:
-      return CopyOp(session, op.copy(), result->mutable_copy());
+      return Apply(session, op.copy(), result->mutable_copy());
     case v1::Operation::kSnapshot:
-      return SnapshotOp(session, op.snapshot(), result->mutable_snapshot());
+      return Apply(session, op.snapshot(), result->mutable_snapshot());
     case v1::Operation::KIND_NOT_SET:
       break;
   }
   return absl::InvalidArgumentError("operation has no kind set");
 }
 
-absl::Status StateCache::BeginPass(Session& session,
-                                   v1::BeginPassResult* result) {
+template <typename Op, typename Result>
+absl::Status StateCache::ApplyPacked(Session& session,
+                                     PackedOperationReader& reader, Op& op,
+                                     Result& result,
+                                     PackedResultWriter& writer) {
+  reader.Read(&op);
+  absl::Status status = Apply(session, op, &result);
+  if (status.ok()) {
+    writer.Write(result);
+  } else {
+    writer.Refused(status);
+  }
+  result.Clear();
+  return status;
+}
+
+absl::Status StateCache::RunPackedOperation(Session& session,
+                                            PackedOperationReader& reader,
+                                            PackedResultWriter& writer) {
+  PackedScratch& s = *packed_scratch_;
+  switch (reader.kind()) {
+    case v1::Operation::kBeginPass:
+      return ApplyPacked(session, reader, s.begin_pass, s.begin_pass_result,
+                         writer);
+    case v1::Operation::kAdmit:
+      return ApplyPacked(session, reader, s.admit, s.admit_result, writer);
+    case v1::Operation::kResumableHit:
+      return ApplyPacked(session, reader, s.resumable_hit,
+                         s.resumable_hit_result, writer);
+    case v1::Operation::kLookup:
+      return ApplyPacked(session, reader, s.lookup, s.lookup_result, writer);
+    case v1::Operation::kReserve:
+      return ApplyPacked(session, reader, s.reserve, s.reserve_result, writer);
+    case v1::Operation::kPublish:
+      return ApplyPacked(session, reader, s.publish, s.publish_result, writer);
+    case v1::Operation::kCancel:
+      return ApplyPacked(session, reader, s.cancel, s.cancel_result, writer);
+    case v1::Operation::kCheckpoint:
+      return ApplyPacked(session, reader, s.checkpoint, s.checkpoint_result,
+                         writer);
+    case v1::Operation::kConsumeFork:
+      return ApplyPacked(session, reader, s.consume_fork, s.consume_fork_result,
+                         writer);
+    case v1::Operation::kAdoptForkSource:
+      return ApplyPacked(session, reader, s.adopt_fork_source,
+                         s.adopt_fork_source_result, writer);
+    case v1::Operation::kRelease:
+      return ApplyPacked(session, reader, s.release, s.release_result, writer);
+    case v1::Operation::kUnindex:
+      return ApplyPacked(session, reader, s.unindex, s.unindex_result, writer);
+    case v1::Operation::kClearIndex:
+      return ApplyPacked(session, reader, s.clear_index, s.clear_index_result,
+                         writer);
+    case v1::Operation::kCopy:
+      return ApplyPacked(session, reader, s.copy, s.copy_result, writer);
+    case v1::Operation::kSnapshot:
+      return ApplyPacked(session, reader, s.snapshot, s.snapshot_result,
+                         writer);
+    case v1::Operation::KIND_NOT_SET:
+      break;
+  }
+  // ValidatePackedOperations let no such kind through.
+  return absl::InternalError("packed operation of no known kind");
+}
+
+absl::Status StateCache::Apply(Session&, const v1::ResumableHit& q,
+                               v1::ResumableHitResult* result) {
+  if (q.num_tokens() < 0) {
+    return absl::InvalidArgumentError("num_tokens must be >= 0");
+  }
+  Sequence seq;
+  seq.num_tokens = q.num_tokens();
+  ASSIGN_OR_RETURN(
+      int64_t blocks,
+      pool_.ResumableHit(
+          seq, q.kv_hit_blocks(),
+          absl::MakeConstSpan(q.block_hashes().data(), q.block_hashes_size()),
+          q.assume_checkpointed()));
+  result->set_blocks(static_cast<int32_t>(blocks));
+  return absl::OkStatus();
+}
+
+absl::Status StateCache::Apply(Session&, const v1::Lookup& op,
+                               v1::LookupResult* result) {
+  ASSIGN_OR_RETURN(int64_t slot, pool_.Lookup(op.hash()));
+  result->set_slot(slot);
+  return absl::OkStatus();
+}
+
+absl::Status StateCache::Apply(Session& session, const v1::ConsumeFork& op,
+                               v1::ConsumeForkResult* result) {
+  ASSIGN_OR_RETURN(Request * request, FindRequest(session, op.request_id()));
+  result->set_fork_src(request->fork_src);
+  if (request->fork_src >= 0) {
+    session.RemoveReader(request->fork_src, request);
+    request->fork_src = -1;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StateCache::Apply(Session&, const v1::Unindex& op,
+                               v1::UnindexResult* result) {
+  RETURN_IF_ERROR(CheckHashes(op.hashes(), "hashes"));
+  const int64_t before = pool_.Fates().orphaned;
+  for (int64_t h : op.hashes()) RETURN_IF_ERROR(pool_.Unindex(h));
+  result->set_orphaned(static_cast<int32_t>(pool_.Fates().orphaned - before));
+  return absl::OkStatus();
+}
+
+absl::Status StateCache::Apply(Session&, const v1::ClearIndex&,
+                               v1::ClearIndexResult*) {
+  pool_.ClearIndex();
+  return absl::OkStatus();
+}
+
+absl::Status StateCache::Apply(Session& session, const v1::BeginPass&,
+                               v1::BeginPassResult* result) {
   for (const PendingMove& move : session.moves) {
     v1::SlotMove* out = result->add_moves();
     out->set_request_id(move.request_id);
@@ -513,7 +660,7 @@ absl::Status StateCache::BeginPass(Session& session,
   return absl::OkStatus();
 }
 
-absl::Status StateCache::Admit(Session& session, const v1::Admit& op,
+absl::Status StateCache::Apply(Session& session, const v1::Admit& op,
                                v1::AdmitResult* result) {
   RETURN_IF_ERROR(CheckRequestId(op.request_id()));
   if (session.requests.contains(op.request_id())) {
@@ -622,8 +769,8 @@ absl::Status StateCache::Admit(Session& session, const v1::Admit& op,
   return absl::OkStatus();
 }
 
-absl::Status StateCache::ReserveOp(Session& session, const v1::Reserve& op,
-                                   v1::ReserveResult* result) {
+absl::Status StateCache::Apply(Session& session, const v1::Reserve& op,
+                               v1::ReserveResult* result) {
   ASSIGN_OR_RETURN(Request * request, FindRequest(session, op.request_id()));
   std::vector<std::pair<int64_t, int64_t>> positions;
   positions.reserve(op.positions_size());
@@ -652,8 +799,8 @@ absl::Status StateCache::ReserveOp(Session& session, const v1::Reserve& op,
   return absl::OkStatus();
 }
 
-absl::Status StateCache::PublishOp(Session& session, const v1::Publish& op,
-                                   v1::PublishResult* result) {
+absl::Status StateCache::Apply(Session& session, const v1::Publish& op,
+                               v1::PublishResult* result) {
   ASSIGN_OR_RETURN(Request * request, FindRequest(session, op.request_id()));
   std::optional<Sequence> seq;
   if (!op.keep_all()) seq = SequenceOf(*request);
@@ -664,8 +811,8 @@ absl::Status StateCache::PublishOp(Session& session, const v1::Publish& op,
   return absl::OkStatus();
 }
 
-absl::Status StateCache::CancelOp(Session& session, const v1::Cancel& op,
-                                  v1::CancelResult* result) {
+absl::Status StateCache::Apply(Session& session, const v1::Cancel& op,
+                               v1::CancelResult* result) {
   ASSIGN_OR_RETURN(Request * request, FindRequest(session, op.request_id()));
   RETURN_IF_ERROR(pool_.CancelMidstep(request->reservations));
   for (const Reservation& r : request->reservations) ClearOwner(r.slot);
@@ -674,9 +821,8 @@ absl::Status StateCache::CancelOp(Session& session, const v1::Cancel& op,
   return absl::OkStatus();
 }
 
-absl::Status StateCache::CheckpointOp(Session& session,
-                                      const v1::Checkpoint& op,
-                                      v1::CheckpointResult* result) {
+absl::Status StateCache::Apply(Session& session, const v1::Checkpoint& op,
+                               v1::CheckpointResult* result) {
   ASSIGN_OR_RETURN(Request * request, FindRequest(session, op.request_id()));
   if (op.anchor_pos() < 0) {
     return absl::InvalidArgumentError("anchor_pos must be >= 0");
@@ -703,9 +849,8 @@ absl::Status StateCache::CheckpointOp(Session& session,
   return absl::OkStatus();
 }
 
-absl::Status StateCache::AdoptForkSourceOp(Session& session,
-                                           const v1::AdoptForkSource& op,
-                                           v1::AdoptForkSourceResult* result) {
+absl::Status StateCache::Apply(Session& session, const v1::AdoptForkSource& op,
+                               v1::AdoptForkSourceResult* result) {
   ASSIGN_OR_RETURN(Request * request, FindRequest(session, op.request_id()));
   const int64_t src = request->fork_src;
   if (src < 0) {
@@ -734,9 +879,9 @@ absl::Status StateCache::AdoptForkSourceOp(Session& session,
   return absl::OkStatus();
 }
 
-absl::Status StateCache::ReleaseOp(Session& session,
-                                   const std::string& request_id,
-                                   v1::ReleaseResult* result) {
+absl::Status StateCache::Apply(Session& session, const v1::Release& op,
+                               v1::ReleaseResult* result) {
+  const std::string& request_id = op.request_id();
   ASSIGN_OR_RETURN(Request * request, FindRequest(session, request_id));
   result->set_slots_released(static_cast<int32_t>(
       request->slots.size() + request->reservations.size()));
@@ -780,8 +925,8 @@ absl::StatusOr<uint64_t> StateCache::RunCopy(
   return done.bytes;
 }
 
-absl::Status StateCache::CopyOp(Session& session, const v1::Copy& op,
-                                v1::CopyResult* result) {
+absl::Status StateCache::Apply(Session& session, const v1::Copy& op,
+                               v1::CopyResult* result) {
   ASSIGN_OR_RETURN(Request * request, FindRequest(session, op.request_id()));
   if (device_ == nullptr) {
     return absl::FailedPreconditionError(
@@ -801,8 +946,8 @@ absl::Status StateCache::CopyOp(Session& session, const v1::Copy& op,
   return absl::OkStatus();
 }
 
-absl::Status StateCache::SnapshotOp(Session& session, const v1::Snapshot& op,
-                                    v1::SnapshotResult* result) {
+absl::Status StateCache::Apply(Session& session, const v1::Snapshot& op,
+                               v1::SnapshotResult* result) {
   ASSIGN_OR_RETURN(Request * request, FindRequest(session, op.request_id()));
   if (device_ == nullptr) {
     return absl::FailedPreconditionError(

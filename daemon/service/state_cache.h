@@ -33,6 +33,7 @@
 #include "daemon/core/slot_pool.h"
 #include "daemon/device/device.h"
 #include "daemon/service/cycle_clock.h"
+#include "daemon/service/packed_pass.h"
 #include "daemon/service/session.h"
 #include "proto/statecache/v1/statecache.pb.h"
 
@@ -184,40 +185,67 @@ class StateCache {
   struct PendingResize;
   explicit StateCache(StateCacheOptions options, SlotPool pool);
 
-  // Each returns the operation's status and fills its result; a refusal
-  // leaves every structure unchanged.
+  // One operation from a list-form Step: dispatches on its kind to Apply.
   absl::Status RunOperation(Session& session, const v1::Operation& op,
                             v1::OperationResult* result)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status BeginPass(Session& session, v1::BeginPassResult* result)
+  // The next operation of a packed Step: read into the reused message of its
+  // kind, Apply, result written packed.
+  absl::Status RunPackedOperation(Session& session,
+                                  PackedOperationReader& reader,
+                                  PackedResultWriter& writer)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status Admit(Session& session, const v1::Admit& op,
+  template <typename Op, typename Result>
+  absl::Status ApplyPacked(Session& session, PackedOperationReader& reader,
+                           Op& op, Result& result, PackedResultWriter& writer)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // The operations, one overload per kind; both forms of Step run them. Each
+  // returns the operation's status and fills its result; a refusal leaves
+  // every structure unchanged (its result is then discarded).
+  absl::Status Apply(Session& session, const v1::BeginPass& op,
+                     v1::BeginPassResult* result)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Apply(Session& session, const v1::Admit& op,
                      v1::AdmitResult* result)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status ReserveOp(Session& session, const v1::Reserve& op,
-                         v1::ReserveResult* result)
+  absl::Status Apply(Session& session, const v1::ResumableHit& op,
+                     v1::ResumableHitResult* result)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status PublishOp(Session& session, const v1::Publish& op,
-                         v1::PublishResult* result)
+  absl::Status Apply(Session& session, const v1::Lookup& op,
+                     v1::LookupResult* result)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status CancelOp(Session& session, const v1::Cancel& op,
-                        v1::CancelResult* result)
+  absl::Status Apply(Session& session, const v1::Reserve& op,
+                     v1::ReserveResult* result)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status CheckpointOp(Session& session, const v1::Checkpoint& op,
-                            v1::CheckpointResult* result)
+  absl::Status Apply(Session& session, const v1::Publish& op,
+                     v1::PublishResult* result)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status AdoptForkSourceOp(Session& session,
-                                 const v1::AdoptForkSource& op,
-                                 v1::AdoptForkSourceResult* result)
+  absl::Status Apply(Session& session, const v1::Cancel& op,
+                     v1::CancelResult* result)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status ReleaseOp(Session& session, const std::string& request_id,
-                         v1::ReleaseResult* result)
+  absl::Status Apply(Session& session, const v1::Checkpoint& op,
+                     v1::CheckpointResult* result)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status CopyOp(Session& session, const v1::Copy& op,
-                      v1::CopyResult* result)
+  absl::Status Apply(Session& session, const v1::ConsumeFork& op,
+                     v1::ConsumeForkResult* result)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status SnapshotOp(Session& session, const v1::Snapshot& op,
-                          v1::SnapshotResult* result)
+  absl::Status Apply(Session& session, const v1::AdoptForkSource& op,
+                     v1::AdoptForkSourceResult* result)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Apply(Session& session, const v1::Release& op,
+                     v1::ReleaseResult* result)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Apply(Session& session, const v1::Unindex& op,
+                     v1::UnindexResult* result)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Apply(Session& session, const v1::ClearIndex& op,
+                     v1::ClearIndexResult* result)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Apply(Session& session, const v1::Copy& op,
+                     v1::CopyResult* result) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Apply(Session& session, const v1::Snapshot& op,
+                     v1::SnapshotResult* result)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Runs one batch on the device, reporting it to the observers.
   absl::StatusOr<uint64_t> RunCopy(
@@ -264,6 +292,10 @@ class StateCache {
   double seconds_per_tick_ = 0;
   // The current Step's samples (reused: no allocation per Step).
   std::vector<OperationSample> samples_ ABSL_GUARDED_BY(mu_);
+  // One message of each operation kind and its result, which a packed
+  // Step's operations are read into in turn (reused: no allocation).
+  struct PackedScratch;
+  std::unique_ptr<PackedScratch> packed_scratch_ ABSL_GUARDED_BY(mu_);
   // A session's pins in slot order, for its clock (reused).
   std::vector<std::pair<int64_t, SessionPin*>> sorted_pins_
       ABSL_GUARDED_BY(mu_);
