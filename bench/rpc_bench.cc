@@ -43,7 +43,6 @@
 #include "client/statecache_client.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/service/state_cache.h"
-#include "proto/packed_form.h"
 #include "proto/statecache/v1/statecache.grpc.pb.h"
 
 ABSL_FLAG(std::string, statecached, STATECACHED_PATH_DEFAULT,
@@ -138,37 +137,58 @@ class Scheduler {
     batch_ = std::max(0, (ops_ - 1 - 2 * admits_) / 2);
   }
 
-  v1::StepRequest NextPass() {
+  // The next pass, as a list of operations or (`packed`) in columns, as a
+  // scheduler using that form builds it.
+  v1::StepRequest NextPass(bool packed = false) {
     v1::StepRequest req;
     req.set_session_id(session_);
-    req.add_operations()->mutable_begin_pass();
-    if (ops_ == 1) return req;
+    if (packed) {
+      PackedPassWriter out{req.mutable_packed()};
+      BuildPass(out);
+    } else {
+      ListPassWriter out{&req};
+      BuildPass(out);
+    }
+    return req;
+  }
+  // The next pass through the C++ client library's StepBuilder.
+  StepBuilder NextBuilder() {
+    StepBuilder b;
+    BuildPass(b);
+    return b;
+  }
+
+ private:
+  // The pass's operations, written through `out`: anything with the
+  // StepBuilder's methods for the kinds used here and size().
+  template <typename Out>
+  void BuildPass(Out& out) {
+    out.BeginPass();
+    if (ops_ == 1) return;
+    auto size = [&] { return static_cast<int>(out.size()); };
     // Releases of the oldest running requests, once the batch is full.
     const int to_release = std::min<int>(
         admits_,
         std::max<int>(0, static_cast<int>(running_.size()) + admits_ - batch_));
     for (int i = 0; i < to_release; ++i) {
-      req.add_operations()->mutable_release()->set_request_id(
-          running_.front().id);
+      out.Release(running_.front().id);
       running_.erase(running_.begin());
     }
     // Forks consumed and checkpoints for the running batch.
     for (Running& r : running_) {
-      if (req.operations_size() + 2 > ops_ - admits_) break;
-      req.add_operations()->mutable_consume_fork()->set_request_id(r.id);
+      if (size() + 2 > ops_ - admits_) break;
+      out.ConsumeFork(r.id);
       Conversation& conv = convs_[r.conv];
       conv.hashes.push_back(static_cast<int64_t>(
           (static_cast<uint64_t>(conv.hashes.back()) * 1000003 + 17) >> 1));
-      v1::Checkpoint* c = req.add_operations()->mutable_checkpoint();
-      c->set_request_id(r.id);
-      c->set_boundary_blocks(static_cast<int64_t>(conv.hashes.size()));
-      c->set_hash(conv.hashes.back());
+      out.Checkpoint(r.id, static_cast<int64_t>(conv.hashes.size()),
+                     conv.hashes.back());
     }
     // Admissions: a new turn extends a conversation's prompt. admits_ per
     // pass in the steady state; more while the batch is filling up.
     const int want =
         std::max<int>(admits_, batch_ - static_cast<int>(running_.size()));
-    for (int k = 0; k < want && req.operations_size() < ops_; ++k) {
+    for (int k = 0; k < want && size() < ops_; ++k) {
       const size_t ci = rng_() % convs_.size();
       Conversation& conv = convs_[ci];
       if (conv.hashes.empty())
@@ -178,28 +198,107 @@ class Scheduler {
       const int kv_hit = static_cast<int>(conv.hashes.size());
       conv.hashes.push_back(static_cast<int64_t>(rng_() >> 1));
       const std::string id = absl::StrCat("r", next_id_++);
-      v1::Admit* a = req.add_operations()->mutable_admit();
-      a->set_request_id(id);
-      a->set_width(1);
-      a->set_num_tokens(static_cast<int64_t>(conv.hashes.size()) * kBlock + 7);
-      a->set_anchor_pos(static_cast<int64_t>(conv.hashes.size()) * kBlock);
-      for (int64_t h : conv.hashes) a->add_block_hashes(h);
-      a->set_kv_hit_blocks(kv_hit);
+      out.Admit(id, 1, static_cast<int64_t>(conv.hashes.size()) * kBlock + 7,
+                static_cast<int64_t>(conv.hashes.size()) * kBlock, conv.hashes,
+                kv_hit);
       running_.push_back(Running{id, ci});
     }
     // Whatever room is left: the queries a scheduler makes while it decides
     // what to admit next.
-    while (req.operations_size() < ops_) {
+    while (size() < ops_) {
       const Conversation& conv = convs_[rng_() % convs_.size()];
-      v1::ResumableHit* q = req.add_operations()->mutable_resumable_hit();
-      q->set_num_tokens(static_cast<int64_t>(conv.hashes.size()) * kBlock + 7);
-      for (int64_t h : conv.hashes) q->add_block_hashes(h);
-      q->set_kv_hit_blocks(static_cast<int32_t>(conv.hashes.size()));
+      out.ResumableHit(static_cast<int64_t>(conv.hashes.size()) * kBlock + 7,
+                       conv.hashes, static_cast<int32_t>(conv.hashes.size()));
     }
-    return req;
   }
 
- private:
+  // BuildPass's output as the list form.
+  struct ListPassWriter {
+    v1::StepRequest* req;
+    size_t size() const { return static_cast<size_t>(req->operations_size()); }
+    void BeginPass() { req->add_operations()->mutable_begin_pass(); }
+    void Release(const std::string& id) {
+      req->add_operations()->mutable_release()->set_request_id(id);
+    }
+    void ConsumeFork(const std::string& id) {
+      req->add_operations()->mutable_consume_fork()->set_request_id(id);
+    }
+    void Checkpoint(const std::string& id, int64_t blocks, int64_t hash) {
+      v1::Checkpoint* c = req->add_operations()->mutable_checkpoint();
+      c->set_request_id(id);
+      c->set_boundary_blocks(blocks);
+      c->set_hash(hash);
+    }
+    void Admit(const std::string& id, int32_t width, int64_t num_tokens,
+               int64_t anchor_pos, const std::vector<int64_t>& hashes,
+               int32_t kv_hit) {
+      v1::Admit* a = req->add_operations()->mutable_admit();
+      a->set_request_id(id);
+      a->set_width(width);
+      a->set_num_tokens(num_tokens);
+      a->set_anchor_pos(anchor_pos);
+      a->mutable_block_hashes()->Add(hashes.begin(), hashes.end());
+      a->set_kv_hit_blocks(kv_hit);
+    }
+    void ResumableHit(int64_t num_tokens, const std::vector<int64_t>& hashes,
+                      int32_t kv_hit) {
+      v1::ResumableHit* q = req->add_operations()->mutable_resumable_hit();
+      q->set_num_tokens(num_tokens);
+      q->mutable_block_hashes()->Add(hashes.begin(), hashes.end());
+      q->set_kv_hit_blocks(kv_hit);
+    }
+  };
+
+  // BuildPass's output as columns, by the layout rule in the proto.
+  struct PackedPassWriter {
+    v1::PackedOperations* p;
+    size_t size() const { return static_cast<size_t>(p->kinds_size()); }
+    void Kind(v1::Operation::KindCase kind) {
+      p->add_kinds(static_cast<uint32_t>(kind));
+    }
+    void Id(const std::string& id) {
+      p->mutable_request_ids()->append(id);
+      p->add_request_id_lengths(static_cast<uint32_t>(id.size()));
+    }
+    void BeginPass() { Kind(v1::Operation::kBeginPass); }
+    void Release(const std::string& id) {
+      Kind(v1::Operation::kRelease);
+      Id(id);
+    }
+    void ConsumeFork(const std::string& id) {
+      Kind(v1::Operation::kConsumeFork);
+      Id(id);
+    }
+    void Checkpoint(const std::string& id, int64_t blocks, int64_t hash) {
+      Kind(v1::Operation::kCheckpoint);
+      Id(id);
+      p->add_args(blocks);
+      p->add_hashes(hash);
+      p->add_args(0);  // anchor_pos
+    }
+    void Admit(const std::string& id, int32_t width, int64_t num_tokens,
+               int64_t anchor_pos, const std::vector<int64_t>& hashes,
+               int32_t kv_hit) {
+      Kind(v1::Operation::kAdmit);
+      Id(id);
+      for (int64_t v : {int64_t{width}, num_tokens, anchor_pos,
+                        static_cast<int64_t>(hashes.size())}) {
+        p->add_args(v);
+      }
+      p->mutable_hashes()->Add(hashes.begin(), hashes.end());
+      p->add_args(kv_hit);
+    }
+    void ResumableHit(int64_t num_tokens, const std::vector<int64_t>& hashes,
+                      int32_t kv_hit) {
+      Kind(v1::Operation::kResumableHit);
+      p->add_args(num_tokens);
+      p->add_args(static_cast<int64_t>(hashes.size()));
+      p->mutable_hashes()->Add(hashes.begin(), hashes.end());
+      p->add_args(kv_hit);
+      p->add_args(0);  // assume_checkpointed
+    }
+  };
+
   struct Conversation {
     std::vector<int64_t> hashes;
   };
@@ -277,16 +376,6 @@ void CheckStep(const v1::StepResponse& resp) {
   }
 }
 
-// The same pass in the packed form (PackedOperations), as a scheduler that
-// builds its passes as columns sends it.
-v1::StepRequest Packed(v1::StepRequest req) {
-  if (!PackOperations(req.operations(), req.mutable_packed()).ok()) {
-    std::exit(1);
-  }
-  req.clear_operations();
-  return req;
-}
-
 Latency PingLatency(v1::StateCache::Stub& stub, int n) {
   std::vector<double> us;
   us.reserve(n);
@@ -326,8 +415,7 @@ Latency UnaryStepLatency(v1::StateCache::Stub& stub, int ops, int n,
   // Reused, as a scheduler would: parsing into it reuses its sub-messages.
   v1::StepResponse resp;
   for (int i = 0; i < n; ++i) {
-    v1::StepRequest req = sched.NextPass();  // built before the clock
-    if (packed) req = Packed(std::move(req));
+    v1::StepRequest req = sched.NextPass(packed);  // built before the clock
     if (refused) req.set_session_id("no-such-session");
     grpc::ClientContext ctx;
     resp.Clear();
@@ -386,8 +474,7 @@ Latency StreamStepLatency(v1::StateCache::Stub& stub, int ops, int n,
     if (!stream->Write(sched.NextPass()) || !stream->Read(&resp)) std::exit(1);
   }
   for (int i = 0; i < n; ++i) {
-    const v1::StepRequest req =
-        packed ? Packed(sched.NextPass()) : sched.NextPass();
+    const v1::StepRequest req = sched.NextPass(packed);
     const auto t0 = Clock::now();
     if (!stream->Write(req) || !stream->Read(&resp)) {
       std::fprintf(stderr, "stream broke\n");
@@ -438,50 +525,6 @@ double Throughput(const std::string& address, int sessions, double seconds) {
 
 // ------------------------------------------------------- client library
 
-// The pass as the C++ client library's StepBuilder: the same operations,
-// in order, built the way a scheduler using statecache::Client builds them.
-StepBuilder ToBuilder(const v1::StepRequest& req) {
-  StepBuilder b;
-  for (const v1::Operation& op : req.operations()) {
-    switch (op.kind_case()) {
-      case v1::Operation::kBeginPass:
-        b.BeginPass();
-        break;
-      case v1::Operation::kRelease:
-        b.Release(op.release().request_id());
-        break;
-      case v1::Operation::kConsumeFork:
-        b.ConsumeFork(op.consume_fork().request_id());
-        break;
-      case v1::Operation::kCheckpoint:
-        b.Checkpoint(op.checkpoint().request_id(),
-                     op.checkpoint().boundary_blocks(), op.checkpoint().hash(),
-                     op.checkpoint().anchor_pos());
-        break;
-      case v1::Operation::kAdmit: {
-        const v1::Admit& a = op.admit();
-        b.Admit(a.request_id(), a.width(), a.num_tokens(), a.anchor_pos(),
-                {a.block_hashes().data(),
-                 static_cast<size_t>(a.block_hashes_size())},
-                a.kv_hit_blocks());
-        break;
-      }
-      case v1::Operation::kResumableHit: {
-        const v1::ResumableHit& q = op.resumable_hit();
-        b.ResumableHit(q.num_tokens(),
-                       {q.block_hashes().data(),
-                        static_cast<size_t>(q.block_hashes_size())},
-                       q.kv_hit_blocks());
-        break;
-      }
-      default:
-        std::fprintf(stderr, "rpc_bench: no builder call for an operation\n");
-        std::exit(1);
-    }
-  }
-  return b;
-}
-
 // The same passes through statecache::Client (Step or StepStreamed): what a
 // C++ scheduler using the client library sees, results converted included.
 Latency ClientStepLatency(const std::string& address, int ops, int n,
@@ -496,11 +539,11 @@ Latency ClientStepLatency(const std::string& address, int ops, int n,
   auto step = [&](const StepBuilder& b) {
     return streamed ? (*client)->StepStreamed(b) : (*client)->Step(b);
   };
-  for (int i = 0; i < 50; ++i) (void)step(ToBuilder(sched.NextPass()));
+  for (int i = 0; i < 50; ++i) (void)step(sched.NextBuilder());
   std::vector<double> us;
   us.reserve(n);
   for (int i = 0; i < n; ++i) {
-    const StepBuilder b = ToBuilder(sched.NextPass());  // before the clock
+    const StepBuilder b = sched.NextBuilder();  // before the clock
     const auto t0 = Clock::now();
     absl::StatusOr<StepResults> results = step(b);
     us.push_back(MicrosSince(t0));
@@ -559,8 +602,7 @@ Latency InProcessStepLatency(int ops, int n, bool wire = false,
   std::vector<double> us;
   us.reserve(n);
   for (int i = 0; i < n; ++i) {
-    const v1::StepRequest req =
-        packed ? Packed(sched.NextPass()) : sched.NextPass();
+    const v1::StepRequest req = sched.NextPass(packed);
     // Request and response on a per-call arena, as the daemon's
     // ArenaMessageAllocator gives them.
     google::protobuf::Arena arena;
@@ -602,8 +644,7 @@ void WireBreakdown(int ops, int n, bool packed) {
       static_cast<size_t>(std::max(0, absl::GetFlag(FLAGS_evict_kb))) << 10;
   std::vector<char> other(evict_bytes);
   for (int i = 0; i < n; ++i) {
-    const v1::StepRequest req =
-        packed ? Packed(sched.NextPass()) : sched.NextPass();
+    const v1::StepRequest req = sched.NextPass(packed);
     // One write per line.
     for (size_t k = 0; k < evict_bytes; k += 64) ++other[k];
     google::protobuf::Arena arena;

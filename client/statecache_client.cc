@@ -87,98 +87,196 @@ TransferConfig FromProto(const v1::TransferConfig& proto) {
                         .readable_midstep = proto.readable_midstep()};
 }
 
-absl::StatusOr<OperationResult> FromProto(const v1::OperationResult& proto) {
-  if (proto.code() != 0) return FromWireCode(proto.code(), proto.message());
-  switch (proto.result_case()) {
-    case v1::OperationResult::kBeginPass: {
-      BeginPassResult result;
-      result.pins_released = proto.begin_pass().pins_released();
-      for (const v1::SlotMove& move : proto.begin_pass().moves()) {
-        result.moves.push_back(SlotMove{.request_id = move.request_id(),
-                                        .index = move.index(),
-                                        .from_slot = move.from_slot(),
-                                        .to_slot = move.to_slot()});
-      }
-      return result;
-    }
-    case v1::OperationResult::kAdmit: {
-      const v1::AdmitResult& admit = proto.admit();
-      return AdmitResult{.slots = std::vector<int64_t>(admit.slots().begin(),
-                                                       admit.slots().end()),
-                         .fork_src = admit.fork_src(),
-                         .blocks_resumed = admit.blocks_resumed(),
-                         .adopted = admit.adopted()};
-    }
-    case v1::OperationResult::kResumableHit:
-      return ResumableHitResult{.blocks = proto.resumable_hit().blocks()};
-    case v1::OperationResult::kLookup:
-      return LookupResult{.slot = proto.lookup().slot()};
-    case v1::OperationResult::kReserve: {
-      ReserveResult result;
-      for (const v1::Reservation& r : proto.reserve().reservations()) {
-        result.reservations.push_back(MidstepReservation{
-            .slot = r.slot(), .position = r.position(), .hash = r.hash()});
-      }
-      return result;
-    }
-    case v1::OperationResult::kPublish:
-      return PublishResult{.published = proto.publish().published()};
-    case v1::OperationResult::kCancel:
-      return CancelResult{.cancelled = proto.cancel().cancelled()};
-    case v1::OperationResult::kCheckpoint:
-      return ForkCheckpointResult{.state_slot = proto.checkpoint().state_slot(),
-                                  .fork_src = proto.checkpoint().fork_src(),
-                                  .kept = proto.checkpoint().kept()};
-    case v1::OperationResult::kConsumeFork:
-      return ConsumeForkResult{.fork_src = proto.consume_fork().fork_src()};
-    case v1::OperationResult::kAdoptForkSource:
-      return AdoptForkSourceResult{.state_slot =
-                                       proto.adopt_fork_source().state_slot()};
-    case v1::OperationResult::kRelease:
-      return ReleaseResult{.slots_released = proto.release().slots_released()};
-    case v1::OperationResult::kUnindex:
-      return UnindexResult{.orphaned = proto.unindex().orphaned()};
-    case v1::OperationResult::kClearIndex:
-      return ClearIndexResult{};
-    case v1::OperationResult::kCopy:
-      return CopyOpResult{.bytes = proto.copy().bytes()};
-    case v1::OperationResult::kSnapshot:
-      return SnapshotResult{.slot = proto.snapshot().slot(),
-                            .kept = proto.snapshot().kept()};
-    case v1::OperationResult::RESULT_NOT_SET:
-      break;
-  }
-  return absl::InternalError("the daemon returned an OK result with no value");
-}
+// Reads a StepResponse's packed results by the layout rule in
+// statecache.proto (PackedResults), one operation at a time, each value
+// bounds-checked: a short column is the daemon's bug, reported as INTERNAL,
+// never read past.
+class PackedResultReader {
+ public:
+  explicit PackedResultReader(const v1::PackedResults& packed)
+      : packed_(packed) {}
 
-absl::StatusOr<StepResults> FromProto(const v1::StepResponse& response,
-                                      size_t expected_results) {
-  if (static_cast<size_t>(response.results_size()) != expected_results) {
+  absl::StatusOr<OperationResult> Next(uint32_t kind) {
+    const uint32_t code = packed_.codes(op_++);
+    if (code != 0) {
+      if (message_ >= packed_.messages_size()) return Short("messages");
+      return FromWireCode(static_cast<int32_t>(code),
+                          packed_.messages(message_++));
+    }
+    switch (static_cast<v1::Operation::KindCase>(kind)) {
+      case v1::Operation::kBeginPass: {
+        BeginPassResult r;
+        int64_t n = Value();
+        for (; n > 0 && ok_; --n) {
+          SlotMove m;
+          m.request_id = Id();
+          m.index = static_cast<int32_t>(Value());
+          m.from_slot = Value();
+          m.to_slot = Value();
+          r.moves.push_back(std::move(m));
+        }
+        r.pins_released = static_cast<int32_t>(Value());
+        return Done(std::move(r));
+      }
+      case v1::Operation::kAdmit: {
+        AdmitResult r;
+        const int64_t n = Value();
+        if (n > packed_.values_size()) return Short("values");
+        for (int64_t k = 0; k < n && ok_; ++k) r.slots.push_back(Value());
+        r.fork_src = Value();
+        r.blocks_resumed = static_cast<int32_t>(Value());
+        r.adopted = Value() != 0;
+        return Done(std::move(r));
+      }
+      case v1::Operation::kResumableHit:
+        return Done(
+            ResumableHitResult{.blocks = static_cast<int32_t>(Value())});
+      case v1::Operation::kLookup:
+        return Done(LookupResult{.slot = Value()});
+      case v1::Operation::kReserve: {
+        ReserveResult r;
+        for (int64_t n = Value(); n > 0 && ok_; --n) {
+          MidstepReservation m;
+          m.slot = Value();
+          m.position = Value();
+          m.hash = Hash();
+          r.reservations.push_back(m);
+        }
+        return Done(std::move(r));
+      }
+      case v1::Operation::kPublish:
+        return Done(PublishResult{.published = static_cast<int32_t>(Value())});
+      case v1::Operation::kCancel:
+        return Done(CancelResult{.cancelled = static_cast<int32_t>(Value())});
+      case v1::Operation::kCheckpoint: {
+        ForkCheckpointResult r;
+        r.state_slot = Value();
+        r.fork_src = Value();
+        r.kept = Value() != 0;
+        return Done(r);
+      }
+      case v1::Operation::kConsumeFork:
+        return Done(ConsumeForkResult{.fork_src = Value()});
+      case v1::Operation::kAdoptForkSource:
+        return Done(AdoptForkSourceResult{.state_slot = Value()});
+      case v1::Operation::kRelease:
+        return Done(
+            ReleaseResult{.slots_released = static_cast<int32_t>(Value())});
+      case v1::Operation::kUnindex:
+        return Done(UnindexResult{.orphaned = static_cast<int32_t>(Value())});
+      case v1::Operation::kClearIndex:
+        return Done(ClearIndexResult{});
+      case v1::Operation::kCopy:
+        return Done(CopyOpResult{.bytes = static_cast<uint64_t>(Value())});
+      case v1::Operation::kSnapshot: {
+        SnapshotResult r;
+        r.slot = Value();
+        r.kept = Value() != 0;
+        return Done(r);
+      }
+      case v1::Operation::KIND_NOT_SET:
+        break;
+    }
     return absl::InternalError(
-        absl::StrCat("the daemon returned ", response.results_size(),
-                     " results for ", expected_results, " operations"));
+        absl::StrCat("no result layout for kind ", kind));
+  }
+
+  // False once a column ran short (then Next's status says where).
+  bool ok() const { return ok_; }
+  // Whether every column was used up exactly.
+  bool UsedUp() const {
+    return ok_ && value_ == packed_.values_size() &&
+           hash_ == packed_.hashes_size() &&
+           id_ == packed_.request_id_lengths_size() &&
+           id_offset_ == packed_.request_ids().size() &&
+           message_ == packed_.messages_size();
+  }
+
+ private:
+  int64_t Value() {
+    if (value_ >= packed_.values_size()) return Fail();
+    return packed_.values(value_++);
+  }
+  int64_t Hash() {
+    if (hash_ >= packed_.hashes_size()) return Fail();
+    return packed_.hashes(hash_++);
+  }
+  std::string Id() {
+    if (id_ >= packed_.request_id_lengths_size() ||
+        packed_.request_id_lengths(id_) >
+            packed_.request_ids().size() - id_offset_) {
+      Fail();
+      return "";
+    }
+    const size_t n = packed_.request_id_lengths(id_++);
+    std::string id = packed_.request_ids().substr(id_offset_, n);
+    id_offset_ += n;
+    return id;
+  }
+  int64_t Fail() {
+    ok_ = false;
+    return 0;
+  }
+  template <typename T>
+  absl::StatusOr<OperationResult> Done(T result) {
+    if (!ok_) return Short("result");
+    return OperationResult(std::move(result));
+  }
+  absl::Status Short(const char* what) {
+    ok_ = false;
+    return absl::InternalError(
+        absl::StrCat("the daemon's packed results ran short reading ", what,
+                     " of operation ", op_ - 1));
+  }
+
+  const v1::PackedResults& packed_;
+  int op_ = 0;
+  int message_ = 0;
+  int value_ = 0;
+  int hash_ = 0;
+  int id_ = 0;
+  size_t id_offset_ = 0;
+  bool ok_ = true;
+};
+
+absl::StatusOr<StepResults> FromProto(
+    const v1::StepResponse& response,
+    const google::protobuf::RepeatedField<uint32_t>& kinds) {
+  const v1::PackedResults& packed = response.packed_results();
+  if (packed.codes_size() != kinds.size()) {
+    // A daemon that predates the packed form reads none of it.
+    return absl::InternalError(
+        absl::StrCat("the daemon returned ", packed.codes_size(),
+                     " packed results for ", kinds.size(),
+                     " operations (a statecached older than the packed "
+                     "form of Step?)"));
   }
   StepResults results;
   results.epoch = response.epoch();
-  results.results.reserve(expected_results);
-  for (const v1::OperationResult& result : response.results()) {
-    results.results.push_back(FromProto(result));
+  results.results.reserve(kinds.size());
+  PackedResultReader reader(packed);
+  for (uint32_t kind : kinds) {
+    absl::StatusOr<OperationResult> r = reader.Next(kind);
+    if (!reader.ok()) return r.status();  // the columns, not the operation
+    results.results.push_back(std::move(r));
+  }
+  if (!reader.UsedUp()) {
+    return absl::InternalError(
+        "the daemon's packed results are longer than the operations");
   }
   return results;
 }
 
-// One Step's request (the session id and the builder's operations) and its
-// response, on one arena: a few hundred results cost a block or two of arena
-// instead of a heap allocation per message and field, and are freed at once.
+// One Step's request (the session id and the builder's packed operations)
+// and its response, on one arena, freed at once.
 //
-// The request borrows the builder's operations instead of copying them (a
-// copy of a 256-operation pass took ~7.5 us): UnsafeArenaAddAllocated files
-// a pointer without taking ownership, and an arena never runs its messages'
-// destructors, so the borrowed operations are neither changed nor freed.
-// Only const methods (serialisation) run on them, which protobuf allows
-// from several threads at once.
+// The request borrows the builder's columns instead of copying them:
+// unsafe_arena_set_allocated files a pointer without taking ownership, and
+// an arena never runs its messages' destructors, so the borrowed columns are
+// neither changed nor freed. Only const methods (serialisation) run on them,
+// which protobuf allows from several threads at once.
 struct StepMessages {
-  explicit StepMessages(const v1::StepRequest& operations,
+  explicit StepMessages(const v1::PackedOperations& operations,
                         const std::string& session_id)
       : arena(MessageArenaOptions()),
         request(
@@ -186,11 +284,8 @@ struct StepMessages {
         response(
             google::protobuf::Arena::CreateMessage<v1::StepResponse>(&arena)) {
     request->set_session_id(session_id);
-    auto* ops = request->mutable_operations();
-    ops->Reserve(operations.operations_size());
-    for (const v1::Operation& op : operations.operations()) {
-      ops->UnsafeArenaAddAllocated(const_cast<v1::Operation*>(&op));
-    }
+    request->unsafe_arena_set_allocated_packed(
+        const_cast<v1::PackedOperations*>(&operations));
   }
   google::protobuf::Arena arena;
   v1::StepRequest* request;
@@ -201,9 +296,26 @@ struct StepMessages {
 
 // =============================================================== StepBuilder
 
+// The operations as the packed form's columns (PackedOperations in
+// statecache.proto): appending is a few pushes per operation, and sending a
+// pass costs one copy per column instead of two messages and a string per
+// operation.
 struct StepBuilder::Rep {
-  // Everything but the session id, which Client fills in.
-  v1::StepRequest request;
+  v1::PackedOperations packed;
+
+  void Kind(v1::Operation::KindCase kind) {
+    packed.add_kinds(static_cast<uint32_t>(kind));
+  }
+  void Id(std::string_view id) {
+    packed.mutable_request_ids()->append(id.data(), id.size());
+    packed.add_request_id_lengths(static_cast<uint32_t>(id.size()));
+  }
+  void Arg(int64_t v) { packed.add_args(v); }
+  void Hash(int64_t h) { packed.add_hashes(h); }
+  void Hashes(absl::Span<const int64_t> hashes) {
+    Arg(static_cast<int64_t>(hashes.size()));
+    packed.mutable_hashes()->Add(hashes.begin(), hashes.end());
+  }
 };
 
 StepBuilder::StepBuilder() : rep_(std::make_unique<Rep>()) {}
@@ -212,13 +324,14 @@ StepBuilder::StepBuilder(StepBuilder&&) noexcept = default;
 StepBuilder& StepBuilder::operator=(StepBuilder&&) noexcept = default;
 
 size_t StepBuilder::size() const {
-  return static_cast<size_t>(rep_->request.operations_size());
+  return static_cast<size_t>(rep_->packed.kinds_size());
 }
 
-void StepBuilder::Clear() { rep_->request.Clear(); }
+void StepBuilder::Clear() { rep_->packed.Clear(); }
 
+// Each appends its operation's fields in field-number order (the layout rule).
 StepBuilder& StepBuilder::BeginPass() {
-  rep_->request.add_operations()->mutable_begin_pass();
+  rep_->Kind(v1::Operation::kBeginPass);
   return *this;
 }
 
@@ -226,13 +339,13 @@ StepBuilder& StepBuilder::Admit(std::string_view request_id, int32_t width,
                                 int64_t num_tokens, int64_t anchor_pos,
                                 absl::Span<const int64_t> block_hashes,
                                 int32_t kv_hit_blocks) {
-  v1::Admit* admit = rep_->request.add_operations()->mutable_admit();
-  admit->set_request_id(std::string(request_id));
-  admit->set_width(width);
-  admit->set_num_tokens(num_tokens);
-  admit->set_anchor_pos(anchor_pos);
-  admit->mutable_block_hashes()->Add(block_hashes.begin(), block_hashes.end());
-  admit->set_kv_hit_blocks(kv_hit_blocks);
+  rep_->Kind(v1::Operation::kAdmit);
+  rep_->Id(request_id);
+  rep_->Arg(width);
+  rep_->Arg(num_tokens);
+  rep_->Arg(anchor_pos);
+  rep_->Hashes(block_hashes);
+  rep_->Arg(kv_hit_blocks);
   return *this;
 }
 
@@ -240,101 +353,100 @@ StepBuilder& StepBuilder::ResumableHit(int64_t num_tokens,
                                        absl::Span<const int64_t> block_hashes,
                                        int32_t kv_hit_blocks,
                                        bool assume_checkpointed) {
-  v1::ResumableHit* hit =
-      rep_->request.add_operations()->mutable_resumable_hit();
-  hit->set_num_tokens(num_tokens);
-  hit->mutable_block_hashes()->Add(block_hashes.begin(), block_hashes.end());
-  hit->set_kv_hit_blocks(kv_hit_blocks);
-  hit->set_assume_checkpointed(assume_checkpointed);
+  rep_->Kind(v1::Operation::kResumableHit);
+  rep_->Arg(num_tokens);
+  rep_->Hashes(block_hashes);
+  rep_->Arg(kv_hit_blocks);
+  rep_->Arg(assume_checkpointed ? 1 : 0);
   return *this;
 }
 
 StepBuilder& StepBuilder::Lookup(int64_t hash) {
-  rep_->request.add_operations()->mutable_lookup()->set_hash(hash);
+  rep_->Kind(v1::Operation::kLookup);
+  rep_->Hash(hash);
   return *this;
 }
 
 StepBuilder& StepBuilder::Reserve(std::string_view request_id,
                                   absl::Span<const MidstepPosition> positions) {
-  v1::Reserve* reserve = rep_->request.add_operations()->mutable_reserve();
-  reserve->set_request_id(std::string(request_id));
+  rep_->Kind(v1::Operation::kReserve);
+  rep_->Id(request_id);
+  rep_->Arg(static_cast<int64_t>(positions.size()));
   for (const MidstepPosition& position : positions) {
-    v1::MidstepPosition* proto = reserve->add_positions();
-    proto->set_position(position.position);
-    proto->set_hash(position.hash);
+    rep_->Arg(position.position);
+    rep_->Hash(position.hash);
   }
   return *this;
 }
 
 StepBuilder& StepBuilder::Publish(std::string_view request_id, bool keep_all) {
-  v1::Publish* publish = rep_->request.add_operations()->mutable_publish();
-  publish->set_request_id(std::string(request_id));
-  publish->set_keep_all(keep_all);
+  rep_->Kind(v1::Operation::kPublish);
+  rep_->Id(request_id);
+  rep_->Arg(keep_all ? 1 : 0);
   return *this;
 }
 
 StepBuilder& StepBuilder::Cancel(std::string_view request_id) {
-  rep_->request.add_operations()->mutable_cancel()->set_request_id(
-      std::string(request_id));
+  rep_->Kind(v1::Operation::kCancel);
+  rep_->Id(request_id);
   return *this;
 }
 
 StepBuilder& StepBuilder::Checkpoint(std::string_view request_id,
                                      int64_t boundary_blocks, int64_t hash,
                                      int64_t anchor_pos) {
-  v1::Checkpoint* checkpoint =
-      rep_->request.add_operations()->mutable_checkpoint();
-  checkpoint->set_request_id(std::string(request_id));
-  checkpoint->set_boundary_blocks(boundary_blocks);
-  checkpoint->set_hash(hash);
-  checkpoint->set_anchor_pos(anchor_pos);
+  rep_->Kind(v1::Operation::kCheckpoint);
+  rep_->Id(request_id);
+  rep_->Arg(boundary_blocks);
+  rep_->Hash(hash);
+  rep_->Arg(anchor_pos);
   return *this;
 }
 
 StepBuilder& StepBuilder::ConsumeFork(std::string_view request_id) {
-  rep_->request.add_operations()->mutable_consume_fork()->set_request_id(
-      std::string(request_id));
+  rep_->Kind(v1::Operation::kConsumeFork);
+  rep_->Id(request_id);
   return *this;
 }
 
 StepBuilder& StepBuilder::AdoptForkSource(std::string_view request_id) {
-  rep_->request.add_operations()->mutable_adopt_fork_source()->set_request_id(
-      std::string(request_id));
+  rep_->Kind(v1::Operation::kAdoptForkSource);
+  rep_->Id(request_id);
   return *this;
 }
 
 StepBuilder& StepBuilder::Release(std::string_view request_id) {
-  rep_->request.add_operations()->mutable_release()->set_request_id(
-      std::string(request_id));
+  rep_->Kind(v1::Operation::kRelease);
+  rep_->Id(request_id);
   return *this;
 }
 
 StepBuilder& StepBuilder::Unindex(absl::Span<const int64_t> hashes) {
-  rep_->request.add_operations()->mutable_unindex()->mutable_hashes()->Add(
-      hashes.begin(), hashes.end());
+  rep_->Kind(v1::Operation::kUnindex);
+  rep_->Hashes(hashes);
   return *this;
 }
 
 StepBuilder& StepBuilder::ClearIndex() {
-  rep_->request.add_operations()->mutable_clear_index();
+  rep_->Kind(v1::Operation::kClearIndex);
   return *this;
 }
 
 StepBuilder& StepBuilder::Copy(std::string_view request_id, int32_t from_index,
                                int32_t to_index) {
-  v1::Copy* op = rep_->request.add_operations()->mutable_copy();
-  op->set_request_id(std::string(request_id));
-  op->set_from_index(from_index);
-  op->set_to_index(to_index);
+  rep_->Kind(v1::Operation::kCopy);
+  rep_->Id(request_id);
+  rep_->Arg(from_index);
+  rep_->Arg(to_index);
   return *this;
 }
 
 StepBuilder& StepBuilder::Snapshot(std::string_view request_id,
                                    int64_t position, int64_t hash) {
-  v1::Snapshot* op = rep_->request.add_operations()->mutable_snapshot();
-  op->set_request_id(std::string(request_id));
-  op->set_position(position);
-  op->set_hash(hash);
+  rep_->Kind(v1::Operation::kSnapshot);
+  rep_->Id(request_id);
+  rep_->Arg(position);
+  rep_->Hash(hash);
   return *this;
 }
 
@@ -483,7 +595,7 @@ struct Client::Impl {
       stream = stub->StepStream(stream_context.get());
       stream_session = id;
     }
-    StepMessages messages(step.rep_->request, id);
+    StepMessages messages(step.rep_->packed, id);
     const v1::StepResponse& response = *messages.response;
     if (!stream->Write(*messages.request) || !stream->Read(messages.response)) {
       absl::Status status = FromGrpcStatus(stream->Finish());
@@ -501,7 +613,7 @@ struct Client::Impl {
       return status;
     }
     NoteRenewed(gen);
-    return FromProto(response, step.size());
+    return FromProto(response, step.rep_->packed.kinds());
   }
 
   // Half-closes the stream and collects its status.
@@ -660,14 +772,14 @@ absl::StatusOr<StepResults> Client::Step(const StepBuilder& step) {
   auto current = impl_->CurrentSession();
   if (!current.ok()) return current.status();
   const auto& [id, gen] = *current;
-  StepMessages messages(step.rep_->request, id);
+  StepMessages messages(step.rep_->packed, id);
   grpc::ClientContext context;
   impl_->SetDeadline(context);
   absl::Status status = FromGrpcStatus(
       impl_->stub->Step(&context, *messages.request, messages.response));
   impl_->NoteOutcome(gen, status);
   if (!status.ok()) return status;
-  return FromProto(*messages.response, step.size());
+  return FromProto(*messages.response, step.rep_->packed.kinds());
 }
 
 absl::StatusOr<StepResults> Client::StepStreamed(const StepBuilder& step) {

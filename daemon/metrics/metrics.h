@@ -68,6 +68,7 @@ class Metrics final : public StateCacheObserver, public RpcObserver {
 
  private:
   class StatsCollector;
+  class OperationLatencies;
   static constexpr int kOps = 16;    // Operation kinds 1..15 (+ unset)
   static constexpr int kCodes = 17;  // absl::StatusCode 0..16
 
@@ -80,13 +81,10 @@ class Metrics final : public StateCacheObserver, public RpcObserver {
   std::array<std::array<prometheus::Counter*, kCodes>,
              static_cast<int>(RpcMethod::kCount)>
       rpc_refusals_{};
-  std::array<prometheus::Histogram*, kOps> op_seconds_{};
+  // statecache_step_operation_duration_seconds: plain counts under one lock
+  // per Step, made a histogram family at scrape.
+  std::shared_ptr<OperationLatencies> op_seconds_;
   std::array<std::array<prometheus::Counter*, kCodes>, kOps> op_refusals_{};
-  // OnOperations' per-kind bucket counts and sums, folded into op_seconds_
-  // with one ObserveMultiple per kind a Step used (one lock each, not one
-  // per operation). Only touched under the core's mutex.
-  std::array<std::vector<double>, kOps> op_bucket_scratch_;
-  std::array<double, kOps> op_sum_scratch_{};
   prometheus::Counter* resizes_grow_ = nullptr;
   prometheus::Counter* resizes_shrink_ = nullptr;
   std::array<prometheus::Counter*, static_cast<int>(CopyReason::kCount)>

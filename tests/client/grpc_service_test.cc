@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <variant>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -24,6 +25,7 @@
 #include "gtest/gtest.h"
 #include "proto/statecache/v1/statecache.grpc.pb.h"
 #include "tests/service/fake_clock.h"
+#include "tests/service/random_operations.h"
 
 namespace statecache {
 namespace {
@@ -469,6 +471,209 @@ TEST_F(GrpcServiceTest, ShutdownCancelsPendingResize) {
   EXPECT_FALSE(resize_status.ok());
   server_.reset();
   cache_.reset();  // runs the core's callback: CANCELLED, ignored
+}
+
+// ------------------------------------------- every result kind, read back
+
+// `op` through the client library's builder (which sends the packed form).
+void AddToBuilder(StepBuilder& b, const v1::Operation& op) {
+  switch (op.kind_case()) {
+    case v1::Operation::kBeginPass:
+      b.BeginPass();
+      return;
+    case v1::Operation::kAdmit: {
+      const v1::Admit& a = op.admit();
+      b.Admit(
+          a.request_id(), a.width(), a.num_tokens(), a.anchor_pos(),
+          {a.block_hashes().data(), static_cast<size_t>(a.block_hashes_size())},
+          a.kv_hit_blocks());
+      return;
+    }
+    case v1::Operation::kResumableHit: {
+      const v1::ResumableHit& q = op.resumable_hit();
+      b.ResumableHit(
+          q.num_tokens(),
+          {q.block_hashes().data(), static_cast<size_t>(q.block_hashes_size())},
+          q.kv_hit_blocks(), q.assume_checkpointed());
+      return;
+    }
+    case v1::Operation::kLookup:
+      b.Lookup(op.lookup().hash());
+      return;
+    case v1::Operation::kReserve: {
+      std::vector<MidstepPosition> positions;
+      for (const auto& p : op.reserve().positions()) {
+        positions.push_back({.position = p.position(), .hash = p.hash()});
+      }
+      b.Reserve(op.reserve().request_id(), positions);
+      return;
+    }
+    case v1::Operation::kPublish:
+      b.Publish(op.publish().request_id(), op.publish().keep_all());
+      return;
+    case v1::Operation::kCancel:
+      b.Cancel(op.cancel().request_id());
+      return;
+    case v1::Operation::kCheckpoint: {
+      const v1::Checkpoint& c = op.checkpoint();
+      b.Checkpoint(c.request_id(), c.boundary_blocks(), c.hash(),
+                   c.anchor_pos());
+      return;
+    }
+    case v1::Operation::kConsumeFork:
+      b.ConsumeFork(op.consume_fork().request_id());
+      return;
+    case v1::Operation::kAdoptForkSource:
+      b.AdoptForkSource(op.adopt_fork_source().request_id());
+      return;
+    case v1::Operation::kRelease:
+      b.Release(op.release().request_id());
+      return;
+    case v1::Operation::kUnindex:
+      b.Unindex({op.unindex().hashes().data(),
+                 static_cast<size_t>(op.unindex().hashes_size())});
+      return;
+    case v1::Operation::kClearIndex:
+      b.ClearIndex();
+      return;
+    case v1::Operation::kCopy:
+      b.Copy(op.copy().request_id(), op.copy().from_index(),
+             op.copy().to_index());
+      return;
+    case v1::Operation::kSnapshot:
+      b.Snapshot(op.snapshot().request_id(), op.snapshot().position(),
+                 op.snapshot().hash());
+      return;
+    case v1::Operation::KIND_NOT_SET:
+      break;
+  }
+  ADD_FAILURE() << "no kind";
+}
+
+// The client's result, written back as the list form's message.
+v1::OperationResult ToProto(const absl::StatusOr<OperationResult>& r) {
+  v1::OperationResult out;
+  if (!r.ok()) {
+    out.set_code(static_cast<int32_t>(r.status().code()));
+    out.set_message(std::string(r.status().message()));
+    return out;
+  }
+  std::visit(
+      [&](const auto& v) {
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, BeginPassResult>) {
+          auto* p = out.mutable_begin_pass();
+          for (const SlotMove& m : v.moves) {
+            auto* pm = p->add_moves();
+            pm->set_request_id(m.request_id);
+            pm->set_index(m.index);
+            pm->set_from_slot(m.from_slot);
+            pm->set_to_slot(m.to_slot);
+          }
+          p->set_pins_released(v.pins_released);
+        } else if constexpr (std::is_same_v<T, AdmitResult>) {
+          auto* p = out.mutable_admit();
+          for (int64_t slot : v.slots) p->add_slots(slot);
+          p->set_fork_src(v.fork_src);
+          p->set_blocks_resumed(v.blocks_resumed);
+          p->set_adopted(v.adopted);
+        } else if constexpr (std::is_same_v<T, ResumableHitResult>) {
+          out.mutable_resumable_hit()->set_blocks(v.blocks);
+        } else if constexpr (std::is_same_v<T, LookupResult>) {
+          out.mutable_lookup()->set_slot(v.slot);
+        } else if constexpr (std::is_same_v<T, ReserveResult>) {
+          auto* p = out.mutable_reserve();
+          for (const MidstepReservation& m : v.reservations) {
+            auto* pm = p->add_reservations();
+            pm->set_slot(m.slot);
+            pm->set_position(m.position);
+            pm->set_hash(m.hash);
+          }
+        } else if constexpr (std::is_same_v<T, PublishResult>) {
+          out.mutable_publish()->set_published(v.published);
+        } else if constexpr (std::is_same_v<T, CancelResult>) {
+          out.mutable_cancel()->set_cancelled(v.cancelled);
+        } else if constexpr (std::is_same_v<T, ForkCheckpointResult>) {
+          auto* p = out.mutable_checkpoint();
+          p->set_state_slot(v.state_slot);
+          p->set_fork_src(v.fork_src);
+          p->set_kept(v.kept);
+        } else if constexpr (std::is_same_v<T, ConsumeForkResult>) {
+          out.mutable_consume_fork()->set_fork_src(v.fork_src);
+        } else if constexpr (std::is_same_v<T, AdoptForkSourceResult>) {
+          out.mutable_adopt_fork_source()->set_state_slot(v.state_slot);
+        } else if constexpr (std::is_same_v<T, ReleaseResult>) {
+          out.mutable_release()->set_slots_released(v.slots_released);
+        } else if constexpr (std::is_same_v<T, UnindexResult>) {
+          out.mutable_unindex()->set_orphaned(v.orphaned);
+        } else if constexpr (std::is_same_v<T, ClearIndexResult>) {
+          out.mutable_clear_index();
+        } else if constexpr (std::is_same_v<T, CopyOpResult>) {
+          out.mutable_copy()->set_bytes(v.bytes);
+        } else if constexpr (std::is_same_v<T, SnapshotResult>) {
+          out.mutable_snapshot()->set_slot(v.slot);
+          out.mutable_snapshot()->set_kept(v.kept);
+        }
+      },
+      *r);
+  return out;
+}
+
+// Random steps of every kind, through the client library (the packed form,
+// over gRPC) and, on a twin core, as the list form: every result the client
+// reads back, of every kind, refused or not, is the list form's.
+TEST_F(GrpcServiceTest, ClientReadsEveryResultKindAsTheListFormGivesIt) {
+  StartServer(12);
+  StateCacheOptions options;
+  options.identity.set_model_id("test-model");
+  options.identity.set_hash_block_size(kBlockSize);
+  options.identity.set_hash_namespace("ns");
+  options.num_slots = 12;
+  options.transfer = *StateTransfer::Create(TransferKind::kFork, 1, true);
+  options.lease_ttl = absl::Seconds(10);
+  options.clock = &clock_;
+  std::unique_ptr<StateCache> twin = *StateCache::Create(options);
+  v1::AttachRequest attach;
+  *attach.mutable_identity() = options.identity;
+  v1::AttachResponse attached;
+  ASSERT_TRUE(twin->Attach(attach, &attached).ok());
+
+  std::unique_ptr<Client> client = Connect();
+  ASSERT_TRUE(client->Attach(TestIdentity(), "twin").ok());
+  Draw draw(424242);
+  int64_t compared_ok = 0, compared_refused = 0, moves = 0;
+  for (int step = 0; step < 3000; ++step) {
+    SCOPED_TRACE(absl::StrCat("step ", step));
+    if (draw.Chance(3)) {  // shrink or grow both alike: begin_pass moves
+      v1::ResizeRequest resize;
+      resize.set_target_slots(draw.Pick({8, 10, 12}));
+      auto ignore = [](absl::Status, const v1::ResizeResponse&) {};
+      cache_->Resize(resize, ignore);
+      twin->Resize(resize, ignore);
+    }
+    v1::StepRequest list;
+    list.set_session_id(attached.session_id());
+    StepBuilder builder;
+    for (int64_t k = 1 + draw.Below(6); k > 0; --k) {
+      draw.Operation(list.add_operations());
+      AddToBuilder(builder, list.operations(list.operations_size() - 1));
+    }
+    v1::StepResponse want;
+    ASSERT_TRUE(twin->Step(list, &want).ok());
+    absl::StatusOr<StepResults> got = client->Step(builder);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ(got->results.size(), static_cast<size_t>(want.results_size()));
+    for (int i = 0; i < want.results_size(); ++i) {
+      ASSERT_EQ(ToProto(got->results[i]).ShortDebugString(),
+                want.results(i).ShortDebugString())
+          << list.operations(i).ShortDebugString();
+      (want.results(i).code() == 0 ? compared_ok : compared_refused) += 1;
+      moves += want.results(i).begin_pass().moves_size();
+    }
+  }
+  EXPECT_GT(compared_ok, 3000);
+  EXPECT_GT(compared_refused, 3000);
+  EXPECT_GT(moves, 0);
 }
 
 }  // namespace

@@ -301,6 +301,75 @@ def run(pb, pb_grpc, address):
             live.difference_update(requests[c][2])
         prompt = {c: p + 128 for c, p in prompt.items()}
 
+    # ---- a pass in the packed form (PackedOperations), built from the layout
+    # rule in the proto alone: two cold admissions, a checkpoint of the
+    # first, a lookup of that checkpoint's hash, both released.
+    ADMIT, LOOKUP, CHECKPOINT, RELEASE = 2, 4, 8, 11  # Operation's numbers
+    fresh = block_hashes(CONVERSATIONS + 7, 4)  # a prefix nobody has seen
+    ids = ["packed-a", "packed-b"]
+    packed = pb.PackedOperations()
+
+    def add_id(request):
+        packed.request_ids += request.encode()
+        packed.request_id_lengths.append(len(request.encode()))
+
+    for request in ids:  # request_id; width, num_tokens, anchor_pos,
+        packed.kinds.append(ADMIT)  # len(block_hashes); hashes; kv_hit
+        add_id(request)
+        packed.args.extend([width, 4 * BLOCK + 10, 0, len(fresh)])
+        packed.hashes.extend(fresh)
+        packed.args.append(0)
+    packed.kinds.append(CHECKPOINT)  # request_id; boundary_blocks; hash;
+    add_id(ids[0])                   # anchor_pos
+    packed.args.append(4)
+    packed.hashes.append(fresh[3])
+    packed.args.append(0)
+    packed.kinds.append(LOOKUP)  # hash
+    packed.hashes.append(fresh[3])
+    for request in ids:
+        packed.kinds.append(RELEASE)
+        add_id(request)
+    response = stub.Step(pb.StepRequest(session_id=session, packed=packed),
+                         timeout=timeout)
+    r = response.packed_results
+    check(len(response.results) == 0, "packed step answered as a list")
+    check(list(r.codes) == [OK] * len(packed.kinds),
+          "packed codes %s, messages %s" % (list(r.codes), list(r.messages)))
+    values = list(r.values)
+    at = 0
+    admitted = []
+    for request in ids:  # len(slots), slots..., fork_src, blocks, adopted
+        n = values[at]
+        slots = values[at + 1:at + 1 + n]
+        fork_src, blocks, adopted = values[at + 1 + n:at + 4 + n]
+        at += 4 + n
+        check(n == width and fork_src == -1 and blocks == 0 and adopted == 0,
+              "packed admit of %s: %s" % (request, values))
+        for slot in slots:
+            check(slot not in live, "packed admit took live slot %d" % slot)
+        admitted.append(slots)
+    state_slot, fork_src, kept_flag = values[at:at + 3]  # checkpoint
+    at += 3
+    check(kept_flag == 1 and fork_src == admitted[0][0]
+          and state_slot not in admitted[0] + admitted[1],
+          "packed checkpoint: %s" % values)
+    check(values[at] == fork_src, "packed lookup found %d, want %d" % (
+        values[at], fork_src))
+    at += 1
+    check(values[at:] == [width, width], "packed releases: %s" % values[at:])
+    kept += 1
+
+    # A malformed packed step is refused whole: a column one entry short.
+    del packed.args[-1]
+    try:
+        stub.Step(pb.StepRequest(session_id=session, packed=packed),
+                  timeout=timeout)
+        raise Failure("a packed step with args one short was accepted")
+    except grpc.RpcError as e:
+        check(e.code() == grpc.StatusCode.INVALID_ARGUMENT and
+              "args" in e.details(),
+              "malformed packed step: %s %s" % (e.code(), e.details()))
+
     # A refused operation: a request this session does not hold.
     response = stub.Step(pb.StepRequest(session_id=session, operations=[
         pb.Operation(release=pb.Release(request_id="never-admitted"))]),
