@@ -489,6 +489,66 @@ TEST_F(BadInputTest, OperationWithNoKindRefusesTheWholeStep) {
   ExpectUnchanged("an operation with no kind");
 }
 
+TEST_F(BadInputTest, MalformedPackedStepRefusesTheWholeStep) {
+  // A packed admit whose columns are then spoiled one way each: the whole
+  // step is INVALID_ARGUMENT, its message names the column, nothing changes.
+  auto admit = [&] {
+    v1::StepRequest request = StepFor(a_);
+    v1::PackedOperations* p = request.mutable_packed();
+    p->add_kinds(v1::Operation::kAdmit);
+    p->set_request_ids("packed-admit");
+    p->add_request_id_lengths(12);
+    for (int64_t v : {1, 200, 0, 2}) p->add_args(v);  // ..., len(hashes)
+    p->add_hashes(hashes_[0]);
+    p->add_hashes(hashes_[1]);
+    p->add_args(0);  // kv_hit_blocks
+    return request;
+  };
+  struct Case {
+    const char* name;
+    std::function<void(v1::PackedOperations*)> spoil;
+    const char* names;
+  };
+  const std::vector<Case> cases = {
+      {"unknown kind", [](auto* p) { p->set_kinds(0, 99); }, "unknown kind"},
+      {"args short", [](auto* p) { p->mutable_args()->RemoveLast(); }, "args"},
+      {"args long", [](auto* p) { p->add_args(1); }, "args"},
+      {"hashes short", [](auto* p) { p->mutable_hashes()->RemoveLast(); },
+       "hashes"},
+      {"id length past the bytes",
+       [](auto* p) { p->set_request_id_lengths(0, 40); }, "request_ids"},
+      {"negative length", [](auto* p) { p->set_args(3, -2); }, "negative"},
+      {"width beyond int32", [](auto* p) { p->set_args(0, int64_t{1} << 40); },
+       "int32"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    v1::StepRequest request = admit();
+    c.spoil(request.mutable_packed());
+    v1::StepResponse response;
+    grpc::Status status = Step(request, &response);
+    EXPECT_EQ(status.error_code(), Code::INVALID_ARGUMENT)
+        << status.error_message();
+    EXPECT_NE(status.error_message().find(c.names), std::string::npos)
+        << status.error_message();
+    ExpectUnchanged(c.name);
+  }
+  // Both forms in one step.
+  v1::StepRequest both = admit();
+  Admit(both, "list-too", 1, 10, 0, {}, 0);
+  v1::StepResponse response;
+  grpc::Status status = Step(both, &response);
+  EXPECT_EQ(status.error_code(), Code::INVALID_ARGUMENT);
+  ExpectUnchanged("both forms");
+  // The unspoiled one is served, its result packed.
+  status = Step(admit(), &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(response.packed_results().codes_size(), 1);
+  EXPECT_EQ(response.packed_results().codes(0), 0u)
+      << response.ShortDebugString();
+  EXPECT_EQ(response.results_size(), 0);
+}
+
 TEST_F(BadInputTest, MessageOverTheLimitIsResourceExhausted) {
   v1::StepRequest request = StepFor(a_);
   std::vector<int64_t> many;
