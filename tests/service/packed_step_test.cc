@@ -17,7 +17,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/device/host_device.h"
 #include "daemon/service/packed_pass.h"
 #include "daemon/service/state_cache.h"
 #include "gtest/gtest.h"
@@ -88,30 +87,8 @@ TEST(PackedLayoutTest, EveryKindFollowsTheRule) {
   EXPECT_EQ(PackedLayout(-1), "?");
 }
 
-// A StateCache with real (host) state memory, so copy and snapshot run.
 std::unique_ptr<StateCache> NewCache(FakeClock* clock, const char* prefix) {
-  HostDeviceOptions device_options;
-  device_options.layout = *StateLayout::Create(
-      "packed", {{"conv", {3, 8}, DType::kBF16}, {"ssm", {2, 4}, DType::kF32}},
-      2);
-  device_options.num_slots = kSlots;
-  device_options.max_slots = kSlots;
-  device_options.epoch = NewEpoch(absl::Now());
-  device_options.prefix = prefix;
-  absl::StatusOr<std::unique_ptr<HostDevice>> device =
-      HostDevice::Create(device_options);
-  EXPECT_TRUE(device.ok()) << device.status();
-  StateCacheOptions options;
-  options.identity = Identity();
-  options.num_slots = kSlots;
-  options.max_slots = kSlots;
-  options.transfer = *StateTransfer::Create(TransferKind::kFork, 1, true);
-  options.lease_ttl = absl::Seconds(10);
-  options.max_operations_per_step = kMaxOps;
-  options.epoch = 9;
-  options.clock = clock;
-  options.device = std::move(*device);
-  return *StateCache::Create(std::move(options));
+  return NewCacheWithMemory(Identity(), clock, prefix, kSlots, kSlots, kMaxOps);
 }
 
 std::string Attach(StateCache& cache) {

@@ -1,16 +1,23 @@
-// Random Step operations for the core's randomized tests: every kind, with
-// arguments mostly from small domains (so requests, hashes and slots collide
-// and interact) and sometimes out of range (so every refusal is reached).
+// For the core's randomized tests: random Step operations of every kind,
+// with arguments mostly from small domains (so requests, hashes and slots
+// collide and interact) and sometimes out of range (so every refusal is
+// reached); and the small StateCache with real (host) state memory they run
+// against.
 #ifndef STATECACHE_TESTS_SERVICE_RANDOM_OPERATIONS_H_
 #define STATECACHE_TESTS_SERVICE_RANDOM_OPERATIONS_H_
 
 #include <cstdint>
 #include <initializer_list>
 #include <limits>
+#include <memory>
 #include <random>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "daemon/device/host_device.h"
+#include "daemon/service/state_cache.h"
+#include "gtest/gtest.h"
 #include "proto/statecache/v1/statecache.pb.h"
 
 namespace statecache {
@@ -133,6 +140,38 @@ class Draw {
  private:
   std::mt19937_64 rng_;
 };
+
+// A StateCache of `num_slots` slots (growable to `max_slots`) with host state
+// memory (so copy and snapshot run), fork transfer, a 10 s lease on `clock`
+// and at most `max_ops` operations per step. `prefix` names its shared
+// memory.
+inline std::unique_ptr<StateCache> NewCacheWithMemory(
+    const v1::Identity& identity, Clock* clock, const std::string& prefix,
+    int64_t num_slots, int64_t max_slots, int max_ops) {
+  HostDeviceOptions device_options;
+  device_options.layout = *StateLayout::Create(
+      prefix, {{"conv", {3, 8}, DType::kBF16}, {"ssm", {2, 4}, DType::kF32}},
+      2);
+  device_options.num_slots = num_slots;
+  device_options.max_slots = max_slots;
+  device_options.epoch = NewEpoch(absl::Now());
+  device_options.prefix = prefix;
+  absl::StatusOr<std::unique_ptr<HostDevice>> device =
+      HostDevice::Create(device_options);
+  EXPECT_TRUE(device.ok()) << device.status();
+  if (!device.ok()) return nullptr;
+  StateCacheOptions options;
+  options.identity = identity;
+  options.num_slots = num_slots;
+  options.max_slots = max_slots;
+  options.transfer = *StateTransfer::Create(TransferKind::kFork, 1, true);
+  options.lease_ttl = absl::Seconds(10);
+  options.max_operations_per_step = max_ops;
+  options.epoch = 9;
+  options.clock = clock;
+  options.device = std::move(*device);
+  return *StateCache::Create(std::move(options));
+}
 
 }  // namespace statecache
 

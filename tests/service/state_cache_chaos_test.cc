@@ -14,7 +14,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/device/host_device.h"
 #include "daemon/service/state_cache.h"
 #include "gtest/gtest.h"
 #include "tests/service/fake_clock.h"
@@ -52,29 +51,10 @@ std::string Visible(StateCache& cache) {
 
 TEST(StateCacheChaosTest, RandomRunKeepsInvariantsAndRefusalsChangeNothing) {
   FakeClock clock;
-  HostDeviceOptions device_options;
-  device_options.layout = *StateLayout::Create(
-      "chaos", {{"conv", {3, 8}, DType::kBF16}, {"ssm", {2, 4}, DType::kF32}},
-      2);
-  device_options.num_slots = kSlots;
-  device_options.max_slots = kResizeLimit;
-  device_options.epoch = NewEpoch(absl::Now());
-  device_options.prefix = "statecache_chaos_test";
-  absl::StatusOr<std::unique_ptr<HostDevice>> device =
-      HostDevice::Create(device_options);
-  ASSERT_TRUE(device.ok()) << device.status();
-
-  StateCacheOptions options;
-  options.identity = Identity();
-  options.num_slots = kSlots;
-  options.max_slots = kResizeLimit;
-  options.transfer = *StateTransfer::Create(TransferKind::kFork, 1, true);
-  options.lease_ttl = absl::Seconds(10);
-  options.max_operations_per_step = kMaxOps;
-  options.epoch = 9;
-  options.clock = &clock;
-  options.device = std::move(*device);
-  std::unique_ptr<StateCache> cache = *StateCache::Create(std::move(options));
+  std::unique_ptr<StateCache> cache =
+      NewCacheWithMemory(Identity(), &clock, "statecache_chaos_test", kSlots,
+                         kResizeLimit, kMaxOps);
+  ASSERT_NE(cache, nullptr);
 
   auto attach = [&](int i) {
     v1::AttachRequest req;
