@@ -169,19 +169,6 @@ TEST(PackedStepTest, TwinDaemonsMakeTheSameDecisions) {
   EXPECT_GT(stats.resumes_fork(), 10) << stats.ShortDebugString();
 }
 
-// What a client or operator sees, less uptime.
-std::string Visible(StateCache& cache) {
-  v1::GetStatsResponse stats;
-  cache.GetStats(&stats);
-  stats.clear_uptime_seconds();
-  return stats.ShortDebugString() + " " + [&] {
-    v1::ListSessionsResponse s;
-    cache.ListSessions(&s);
-    for (auto& info : *s.mutable_sessions()) info.clear_lease_remaining_ms();
-    return s.ShortDebugString();
-  }();
-}
-
 TEST(PackedStepTest, MalformedPackedStepIsRefusedWholeAndChangesNothing) {
   FakeClock clock;
   std::unique_ptr<StateCache> cache = NewCache(&clock, "packed_test_bad");

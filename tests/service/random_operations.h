@@ -141,6 +141,22 @@ class Draw {
   std::mt19937_64 rng_;
 };
 
+// What a client or operator can see of the daemon, less what a step renews
+// or time moves (leases, uptime).
+inline std::string Visible(StateCache& cache) {
+  v1::GetStatsResponse stats;
+  cache.GetStats(&stats);
+  stats.clear_uptime_seconds();
+  v1::ListSessionsResponse sessions;
+  cache.ListSessions(&sessions);
+  std::string out = stats.ShortDebugString();
+  for (const v1::SessionInfo& s : sessions.sessions()) {
+    absl::StrAppend(&out, " | ", s.session_id(), " requests=", s.requests(),
+                    " slots=", s.slots(), " pins=", s.pins());
+  }
+  return out;
+}
+
 // A StateCache of `num_slots` slots (growable to `max_slots`) with host state
 // memory (so copy and snapshot run), fork transfer, a 10 s lease on `clock`
 // and at most `max_ops` operations per step. `prefix` names its shared

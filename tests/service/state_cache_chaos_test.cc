@@ -33,22 +33,6 @@ v1::Identity Identity() {
   return id;
 }
 
-// What a client or operator can see of the daemon, less what a step renews
-// or time moves (leases, uptime).
-std::string Visible(StateCache& cache) {
-  v1::GetStatsResponse stats;
-  cache.GetStats(&stats);
-  stats.clear_uptime_seconds();
-  v1::ListSessionsResponse sessions;
-  cache.ListSessions(&sessions);
-  std::string out = stats.ShortDebugString();
-  for (const v1::SessionInfo& s : sessions.sessions()) {
-    absl::StrAppend(&out, " | ", s.session_id(), " requests=", s.requests(),
-                    " slots=", s.slots(), " pins=", s.pins());
-  }
-  return out;
-}
-
 TEST(StateCacheChaosTest, RandomRunKeepsInvariantsAndRefusalsChangeNothing) {
   FakeClock clock;
   std::unique_ptr<StateCache> cache =
