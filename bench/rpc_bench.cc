@@ -1,7 +1,8 @@
 // rpc_bench: what a pass costs over the wire, against an empty call.
 //
 //   rpc_bench [--statecached=PATH] [--iterations=N] [--reps=N]
-//   rpc_bench --wire_breakdown   (in-process: each stage of a pass, timed)
+//   rpc_bench --wire_breakdown   (in-process: each stage of a pass, timed,
+//                                 list and packed)
 //
 // Starts its own statecached on a Unix socket in a temporary directory and
 // measures, on that socket in the same run:
@@ -9,7 +10,10 @@
 //     of a one-operation Step, and of Steps of 64 and 256 realistic
 //     operations (a scheduler pass: begin_pass, admissions that resume from
 //     earlier turns, checkpoints, releases), unary and over StepStream, each
-//     printed as a ratio to Ping's; and, to take the 256-op Step apart, a
+//     printed as a ratio to Ping's; the same passes in the packed form
+//     (`packed` rows: PackedOperations, built as columns the way a scheduler
+//     using that form builds them) and through the C++ client library
+//     (which sends the packed form); and, to take the 256-op Step apart, a
 //     Ping carrying as many bytes (one field it does not know) and the
 //     256-op request refused whole (unknown session): what moving its bytes
 //     costs, and what carrying it costs with no operation run;

@@ -154,15 +154,15 @@ std::string_view PackedOperationReader::NextId() {
 
 void PackedOperationReader::Read(v1::BeginPass*) { ++op_; }
 
-void PackedOperationReader::Read(v1::Admit* out) {
+std::string_view PackedOperationReader::Read(v1::Admit* out) {
   ++op_;
   const std::string_view id = NextId();
-  out->set_request_id(id.data(), id.size());
   out->set_width(static_cast<int32_t>(NextArg()));
   out->set_num_tokens(NextArg());
   out->set_anchor_pos(NextArg());
   NextHashes(NextArg(), out->mutable_block_hashes());
   out->set_kv_hit_blocks(static_cast<int32_t>(NextArg()));
+  return id;
 }
 
 void PackedOperationReader::Read(v1::ResumableHit* out) {
@@ -178,10 +178,9 @@ void PackedOperationReader::Read(v1::Lookup* out) {
   out->set_hash(NextHash());
 }
 
-void PackedOperationReader::Read(v1::Reserve* out) {
+std::string_view PackedOperationReader::Read(v1::Reserve* out) {
   ++op_;
   const std::string_view id = NextId();
-  out->set_request_id(id.data(), id.size());
   const int64_t n = NextArg();
   auto* positions = out->mutable_positions();
   // Reuse the position messages already there (no allocation once warm).
@@ -193,46 +192,47 @@ void PackedOperationReader::Read(v1::Reserve* out) {
     p->set_position(NextArg());
     p->set_hash(NextHash());
   }
+  return id;
 }
 
-void PackedOperationReader::Read(v1::Publish* out) {
+std::string_view PackedOperationReader::Read(v1::Publish* out) {
   ++op_;
   const std::string_view id = NextId();
-  out->set_request_id(id.data(), id.size());
   out->set_keep_all(NextArg() != 0);
+  return id;
 }
 
-void PackedOperationReader::Read(v1::Cancel* out) {
+std::string_view PackedOperationReader::Read(v1::Cancel* out) {
   ++op_;
   const std::string_view id = NextId();
-  out->set_request_id(id.data(), id.size());
+  return id;
 }
 
-void PackedOperationReader::Read(v1::Checkpoint* out) {
+std::string_view PackedOperationReader::Read(v1::Checkpoint* out) {
   ++op_;
   const std::string_view id = NextId();
-  out->set_request_id(id.data(), id.size());
   out->set_boundary_blocks(NextArg());
   out->set_hash(NextHash());
   out->set_anchor_pos(NextArg());
+  return id;
 }
 
-void PackedOperationReader::Read(v1::ConsumeFork* out) {
+std::string_view PackedOperationReader::Read(v1::ConsumeFork* out) {
   ++op_;
   const std::string_view id = NextId();
-  out->set_request_id(id.data(), id.size());
+  return id;
 }
 
-void PackedOperationReader::Read(v1::AdoptForkSource* out) {
+std::string_view PackedOperationReader::Read(v1::AdoptForkSource* out) {
   ++op_;
   const std::string_view id = NextId();
-  out->set_request_id(id.data(), id.size());
+  return id;
 }
 
-void PackedOperationReader::Read(v1::Release* out) {
+std::string_view PackedOperationReader::Read(v1::Release* out) {
   ++op_;
   const std::string_view id = NextId();
-  out->set_request_id(id.data(), id.size());
+  return id;
 }
 
 void PackedOperationReader::Read(v1::Unindex* out) {
@@ -242,20 +242,20 @@ void PackedOperationReader::Read(v1::Unindex* out) {
 
 void PackedOperationReader::Read(v1::ClearIndex*) { ++op_; }
 
-void PackedOperationReader::Read(v1::Copy* out) {
+std::string_view PackedOperationReader::Read(v1::Copy* out) {
   ++op_;
   const std::string_view id = NextId();
-  out->set_request_id(id.data(), id.size());
   out->set_from_index(static_cast<int32_t>(NextArg()));
   out->set_to_index(static_cast<int32_t>(NextArg()));
+  return id;
 }
 
-void PackedOperationReader::Read(v1::Snapshot* out) {
+std::string_view PackedOperationReader::Read(v1::Snapshot* out) {
   ++op_;
   const std::string_view id = NextId();
-  out->set_request_id(id.data(), id.size());
   out->set_position(NextArg());
   out->set_hash(NextHash());
+  return id;
 }
 
 // ------------------------------------------------------------------ writer

@@ -36,8 +36,8 @@ std::string_view PackedLayout(int kind);
 absl::Status ValidatePackedOperations(const v1::PackedOperations& packed);
 
 // Reads a validated PackedOperations in order. For each operation: kind(),
-// then the Read overload for that kind (which replaces every field of `out`),
-// then the next operation.
+// then the Read overload for that kind (which replaces every field of `out`
+// but request_id), then the next operation.
 class PackedOperationReader {
  public:
   // REQUIRES: ValidatePackedOperations(packed).ok(); `packed` outlives this.
@@ -50,22 +50,25 @@ class PackedOperationReader {
     return static_cast<v1::Operation::KindCase>(packed_.kinds(op_));
   }
 
-  // Each REQUIRES: kind() is the overload's kind.
+  // Each REQUIRES: kind() is the overload's kind. A kind that names a
+  // request returns its id, a view into the request_ids column (valid while
+  // `packed` is), and leaves out->request_id() alone: the daemon looks the
+  // request up by the view, so no id is copied.
   void Read(v1::BeginPass* out);
-  void Read(v1::Admit* out);
+  std::string_view Read(v1::Admit* out);
   void Read(v1::ResumableHit* out);
   void Read(v1::Lookup* out);
-  void Read(v1::Reserve* out);
-  void Read(v1::Publish* out);
-  void Read(v1::Cancel* out);
-  void Read(v1::Checkpoint* out);
-  void Read(v1::ConsumeFork* out);
-  void Read(v1::AdoptForkSource* out);
-  void Read(v1::Release* out);
+  std::string_view Read(v1::Reserve* out);
+  std::string_view Read(v1::Publish* out);
+  std::string_view Read(v1::Cancel* out);
+  std::string_view Read(v1::Checkpoint* out);
+  std::string_view Read(v1::ConsumeFork* out);
+  std::string_view Read(v1::AdoptForkSource* out);
+  std::string_view Read(v1::Release* out);
   void Read(v1::Unindex* out);
   void Read(v1::ClearIndex* out);
-  void Read(v1::Copy* out);
-  void Read(v1::Snapshot* out);
+  std::string_view Read(v1::Copy* out);
+  std::string_view Read(v1::Snapshot* out);
 
  private:
   std::string_view NextId();

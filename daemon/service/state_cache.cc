@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <random>
+#include <string_view>
+#include <type_traits>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -40,7 +42,7 @@ const char* EndName(SessionEnd how) {
   return "ended";
 }
 
-absl::Status CheckRequestId(const std::string& id) {
+absl::Status CheckRequestId(absl::string_view id) {
   if (id.empty()) return absl::InvalidArgumentError("request_id is empty");
   if (id.size() > kMaxIdBytes) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -207,7 +209,7 @@ absl::StatusOr<Session*> StateCache::FindSession(const std::string& id) {
 }
 
 absl::StatusOr<Request*> StateCache::FindRequest(Session& session,
-                                                 const std::string& id) {
+                                                 absl::string_view id) {
   auto it = session.requests.find(id);
   if (it == session.requests.end()) {
     return absl::NotFoundError(
@@ -472,35 +474,44 @@ absl::Status StateCache::RunOperation(Session& session, const v1::Operation& op,
     case v1::Operation::kBeginPass:
       return Apply(session, op.begin_pass(), result->mutable_begin_pass());
     case v1::Operation::kAdmit:
-      return Apply(session, op.admit(), result->mutable_admit());
+      return Apply(session, op.admit().request_id(), op.admit(),
+                   result->mutable_admit());
     case v1::Operation::kResumableHit:
       return Apply(session, op.resumable_hit(),
                    result->mutable_resumable_hit());
     case v1::Operation::kLookup:
       return Apply(session, op.lookup(), result->mutable_lookup());
     case v1::Operation::kReserve:
-      return Apply(session, op.reserve(), result->mutable_reserve());
+      return Apply(session, op.reserve().request_id(), op.reserve(),
+                   result->mutable_reserve());
     case v1::Operation::kPublish:
-      return Apply(session, op.publish(), result->mutable_publish());
+      return Apply(session, op.publish().request_id(), op.publish(),
+                   result->mutable_publish());
     case v1::Operation::kCancel:
-      return Apply(session, op.cancel(), result->mutable_cancel());
+      return Apply(session, op.cancel().request_id(), op.cancel(),
+                   result->mutable_cancel());
     case v1::Operation::kCheckpoint:
-      return Apply(session, op.checkpoint(), result->mutable_checkpoint());
+      return Apply(session, op.checkpoint().request_id(), op.checkpoint(),
+                   result->mutable_checkpoint());
     case v1::Operation::kConsumeFork:
-      return Apply(session, op.consume_fork(), result->mutable_consume_fork());
+      return Apply(session, op.consume_fork().request_id(), op.consume_fork(),
+                   result->mutable_consume_fork());
     case v1::Operation::kAdoptForkSource:
-      return Apply(session, op.adopt_fork_source(),
-                   result->mutable_adopt_fork_source());
+      return Apply(session, op.adopt_fork_source().request_id(),
+                   op.adopt_fork_source(), result->mutable_adopt_fork_source());
     case v1::Operation::kRelease:
-      return Apply(session, op.release(), result->mutable_release());
+      return Apply(session, op.release().request_id(), op.release(),
+                   result->mutable_release());
     case v1::Operation::kUnindex:
       return Apply(session, op.unindex(), result->mutable_unindex());
     case v1::Operation::kClearIndex:
       return Apply(session, op.clear_index(), result->mutable_clear_index());
     case v1::Operation::kCopy:
-      return Apply(session, op.copy(), result->mutable_copy());
+      return Apply(session, op.copy().request_id(), op.copy(),
+                   result->mutable_copy());
     case v1::Operation::kSnapshot:
-      return Apply(session, op.snapshot(), result->mutable_snapshot());
+      return Apply(session, op.snapshot().request_id(), op.snapshot(),
+                   result->mutable_snapshot());
     case v1::Operation::KIND_NOT_SET:
       break;
   }
@@ -512,8 +523,15 @@ absl::Status StateCache::ApplyPacked(Session& session,
                                      PackedOperationReader& reader, Op& op,
                                      Result& result,
                                      PackedResultWriter& writer) {
-  reader.Read(&op);
-  absl::Status status = Apply(session, op, &result);
+  absl::Status status;
+  if constexpr (std::is_void_v<decltype(reader.Read(&op))>) {
+    reader.Read(&op);
+    status = Apply(session, op, &result);
+  } else {  // a kind that names a request: its id, viewed in the column
+    const std::string_view id = reader.Read(&op);
+    status =
+        Apply(session, absl::string_view(id.data(), id.size()), op, &result);
+  }
   if (status.ok()) {
     writer.Write(result);
   } else {
@@ -596,9 +614,10 @@ absl::Status StateCache::Apply(Session&, const v1::Lookup& op,
   return absl::OkStatus();
 }
 
-absl::Status StateCache::Apply(Session& session, const v1::ConsumeFork& op,
+absl::Status StateCache::Apply(Session& session, absl::string_view request_id,
+                               const v1::ConsumeFork& op,
                                v1::ConsumeForkResult* result) {
-  ASSIGN_OR_RETURN(Request * request, FindRequest(session, op.request_id()));
+  ASSIGN_OR_RETURN(Request * request, FindRequest(session, request_id));
   result->set_fork_src(request->fork_src);
   if (request->fork_src >= 0) {
     session.RemoveReader(request->fork_src, request);
@@ -660,12 +679,12 @@ absl::Status StateCache::Apply(Session& session, const v1::BeginPass&,
   return absl::OkStatus();
 }
 
-absl::Status StateCache::Apply(Session& session, const v1::Admit& op,
-                               v1::AdmitResult* result) {
-  RETURN_IF_ERROR(CheckRequestId(op.request_id()));
-  if (session.requests.contains(op.request_id())) {
+absl::Status StateCache::Apply(Session& session, absl::string_view request_id,
+                               const v1::Admit& op, v1::AdmitResult* result) {
+  RETURN_IF_ERROR(CheckRequestId(request_id));
+  if (session.requests.contains(request_id)) {
     return absl::AlreadyExistsError(absl::StrCat(
-        "request '", op.request_id(), "' is already admitted in this session"));
+        "request '", request_id, "' is already admitted in this session"));
   }
   if (op.width() < 1 || op.width() > pool_.num_slots()) {
     return absl::InvalidArgumentError(
@@ -691,7 +710,7 @@ absl::Status StateCache::Apply(Session& session, const v1::Admit& op,
   }
 
   auto request = std::make_unique<Request>();
-  request->id = op.request_id();
+  request->id = std::string(request_id);
   request->seqno = next_request_seqno_++;
   request->num_tokens = op.num_tokens();
   request->anchor_pos = op.anchor_pos();
@@ -769,9 +788,10 @@ absl::Status StateCache::Apply(Session& session, const v1::Admit& op,
   return absl::OkStatus();
 }
 
-absl::Status StateCache::Apply(Session& session, const v1::Reserve& op,
+absl::Status StateCache::Apply(Session& session, absl::string_view request_id,
+                               const v1::Reserve& op,
                                v1::ReserveResult* result) {
-  ASSIGN_OR_RETURN(Request * request, FindRequest(session, op.request_id()));
+  ASSIGN_OR_RETURN(Request * request, FindRequest(session, request_id));
   std::vector<std::pair<int64_t, int64_t>> positions;
   positions.reserve(op.positions_size());
   for (const v1::MidstepPosition& p : op.positions()) {
@@ -799,9 +819,10 @@ absl::Status StateCache::Apply(Session& session, const v1::Reserve& op,
   return absl::OkStatus();
 }
 
-absl::Status StateCache::Apply(Session& session, const v1::Publish& op,
+absl::Status StateCache::Apply(Session& session, absl::string_view request_id,
+                               const v1::Publish& op,
                                v1::PublishResult* result) {
-  ASSIGN_OR_RETURN(Request * request, FindRequest(session, op.request_id()));
+  ASSIGN_OR_RETURN(Request * request, FindRequest(session, request_id));
   std::optional<Sequence> seq;
   if (!op.keep_all()) seq = SequenceOf(*request);
   RETURN_IF_ERROR(pool_.PublishMidstep(request->reservations, seq));
@@ -811,9 +832,9 @@ absl::Status StateCache::Apply(Session& session, const v1::Publish& op,
   return absl::OkStatus();
 }
 
-absl::Status StateCache::Apply(Session& session, const v1::Cancel& op,
-                               v1::CancelResult* result) {
-  ASSIGN_OR_RETURN(Request * request, FindRequest(session, op.request_id()));
+absl::Status StateCache::Apply(Session& session, absl::string_view request_id,
+                               const v1::Cancel& op, v1::CancelResult* result) {
+  ASSIGN_OR_RETURN(Request * request, FindRequest(session, request_id));
   RETURN_IF_ERROR(pool_.CancelMidstep(request->reservations));
   for (const Reservation& r : request->reservations) ClearOwner(r.slot);
   result->set_cancelled(static_cast<int32_t>(request->reservations.size()));
@@ -821,9 +842,10 @@ absl::Status StateCache::Apply(Session& session, const v1::Cancel& op,
   return absl::OkStatus();
 }
 
-absl::Status StateCache::Apply(Session& session, const v1::Checkpoint& op,
+absl::Status StateCache::Apply(Session& session, absl::string_view request_id,
+                               const v1::Checkpoint& op,
                                v1::CheckpointResult* result) {
-  ASSIGN_OR_RETURN(Request * request, FindRequest(session, op.request_id()));
+  ASSIGN_OR_RETURN(Request * request, FindRequest(session, request_id));
   if (op.anchor_pos() < 0) {
     return absl::InvalidArgumentError("anchor_pos must be >= 0");
   }
@@ -849,9 +871,10 @@ absl::Status StateCache::Apply(Session& session, const v1::Checkpoint& op,
   return absl::OkStatus();
 }
 
-absl::Status StateCache::Apply(Session& session, const v1::AdoptForkSource& op,
+absl::Status StateCache::Apply(Session& session, absl::string_view request_id,
+                               const v1::AdoptForkSource& op,
                                v1::AdoptForkSourceResult* result) {
-  ASSIGN_OR_RETURN(Request * request, FindRequest(session, op.request_id()));
+  ASSIGN_OR_RETURN(Request * request, FindRequest(session, request_id));
   const int64_t src = request->fork_src;
   if (src < 0) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -879,9 +902,9 @@ absl::Status StateCache::Apply(Session& session, const v1::AdoptForkSource& op,
   return absl::OkStatus();
 }
 
-absl::Status StateCache::Apply(Session& session, const v1::Release& op,
+absl::Status StateCache::Apply(Session& session, absl::string_view request_id,
+                               const v1::Release& op,
                                v1::ReleaseResult* result) {
-  const std::string& request_id = op.request_id();
   ASSIGN_OR_RETURN(Request * request, FindRequest(session, request_id));
   result->set_slots_released(static_cast<int32_t>(
       request->slots.size() + request->reservations.size()));
@@ -925,9 +948,9 @@ absl::StatusOr<uint64_t> StateCache::RunCopy(
   return done.bytes;
 }
 
-absl::Status StateCache::Apply(Session& session, const v1::Copy& op,
-                               v1::CopyResult* result) {
-  ASSIGN_OR_RETURN(Request * request, FindRequest(session, op.request_id()));
+absl::Status StateCache::Apply(Session& session, absl::string_view request_id,
+                               const v1::Copy& op, v1::CopyResult* result) {
+  ASSIGN_OR_RETURN(Request * request, FindRequest(session, request_id));
   if (device_ == nullptr) {
     return absl::FailedPreconditionError(
         "copy: this daemon runs without state memory");
@@ -946,9 +969,10 @@ absl::Status StateCache::Apply(Session& session, const v1::Copy& op,
   return absl::OkStatus();
 }
 
-absl::Status StateCache::Apply(Session& session, const v1::Snapshot& op,
+absl::Status StateCache::Apply(Session& session, absl::string_view request_id,
+                               const v1::Snapshot& op,
                                v1::SnapshotResult* result) {
-  ASSIGN_OR_RETURN(Request * request, FindRequest(session, op.request_id()));
+  ASSIGN_OR_RETURN(Request * request, FindRequest(session, request_id));
   if (device_ == nullptr) {
     return absl::FailedPreconditionError(
         "snapshot: this daemon runs without state memory");

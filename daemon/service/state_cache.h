@@ -202,12 +202,15 @@ class StateCache {
 
   // The operations, one overload per kind; both forms of Step run them. Each
   // returns the operation's status and fills its result; a refusal leaves
-  // every structure unchanged (its result is then discarded).
+  // every structure unchanged (its result is then discarded). A kind that
+  // names a request gets its id as `request_id` (the list form passes
+  // op.request_id(); the packed form a view into its column, leaving the
+  // message's empty, so no id is copied).
   absl::Status Apply(Session& session, const v1::BeginPass& op,
                      v1::BeginPassResult* result)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status Apply(Session& session, const v1::Admit& op,
-                     v1::AdmitResult* result)
+  absl::Status Apply(Session& session, absl::string_view request_id,
+                     const v1::Admit& op, v1::AdmitResult* result)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Apply(Session& session, const v1::ResumableHit& op,
                      v1::ResumableHitResult* result)
@@ -215,26 +218,27 @@ class StateCache {
   absl::Status Apply(Session& session, const v1::Lookup& op,
                      v1::LookupResult* result)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status Apply(Session& session, const v1::Reserve& op,
-                     v1::ReserveResult* result)
+  absl::Status Apply(Session& session, absl::string_view request_id,
+                     const v1::Reserve& op, v1::ReserveResult* result)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status Apply(Session& session, const v1::Publish& op,
-                     v1::PublishResult* result)
+  absl::Status Apply(Session& session, absl::string_view request_id,
+                     const v1::Publish& op, v1::PublishResult* result)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status Apply(Session& session, const v1::Cancel& op,
-                     v1::CancelResult* result)
+  absl::Status Apply(Session& session, absl::string_view request_id,
+                     const v1::Cancel& op, v1::CancelResult* result)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status Apply(Session& session, const v1::Checkpoint& op,
-                     v1::CheckpointResult* result)
+  absl::Status Apply(Session& session, absl::string_view request_id,
+                     const v1::Checkpoint& op, v1::CheckpointResult* result)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status Apply(Session& session, const v1::ConsumeFork& op,
-                     v1::ConsumeForkResult* result)
+  absl::Status Apply(Session& session, absl::string_view request_id,
+                     const v1::ConsumeFork& op, v1::ConsumeForkResult* result)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status Apply(Session& session, const v1::AdoptForkSource& op,
+  absl::Status Apply(Session& session, absl::string_view request_id,
+                     const v1::AdoptForkSource& op,
                      v1::AdoptForkSourceResult* result)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status Apply(Session& session, const v1::Release& op,
-                     v1::ReleaseResult* result)
+  absl::Status Apply(Session& session, absl::string_view request_id,
+                     const v1::Release& op, v1::ReleaseResult* result)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Apply(Session& session, const v1::Unindex& op,
                      v1::UnindexResult* result)
@@ -242,10 +246,11 @@ class StateCache {
   absl::Status Apply(Session& session, const v1::ClearIndex& op,
                      v1::ClearIndexResult* result)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status Apply(Session& session, const v1::Copy& op,
-                     v1::CopyResult* result) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status Apply(Session& session, const v1::Snapshot& op,
-                     v1::SnapshotResult* result)
+  absl::Status Apply(Session& session, absl::string_view request_id,
+                     const v1::Copy& op, v1::CopyResult* result)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Apply(Session& session, absl::string_view request_id,
+                     const v1::Snapshot& op, v1::SnapshotResult* result)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Runs one batch on the device, reporting it to the observers.
   absl::StatusOr<uint64_t> RunCopy(
@@ -266,7 +271,7 @@ class StateCache {
   absl::StatusOr<Session*> FindSession(const std::string& session_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Request*> FindRequest(Session& session,
-                                       const std::string& request_id)
+                                       absl::string_view request_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Sequence SequenceOf(const Request& request) const;
   void SetOwner(int64_t slot, Session* session, Request* request, int32_t index)
