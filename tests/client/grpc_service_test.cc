@@ -332,8 +332,28 @@ TEST_F(GrpcServiceTest, StepStreamRefusesMessagesAndStaysOpen) {
   EXPECT_EQ(response.error_code(),
             static_cast<int>(absl::StatusCode::kInvalidArgument));
 
-  // Still serving.
+  // A malformed packed step (a lookup with no hash): refused whole, no
+  // packed results either.
   request.clear_operations();
+  request.mutable_packed()->add_kinds(v1::Operation::kLookup);
+  ASSERT_TRUE(stream->Write(request));
+  ASSERT_TRUE(stream->Read(&response));
+  EXPECT_EQ(response.error_code(),
+            static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_NE(response.error_message().find("hashes is too short"),
+            std::string::npos)
+      << response.error_message();
+  EXPECT_FALSE(response.has_packed_results());
+
+  // Still serving, in either form.
+  request.mutable_packed()->add_hashes(5);
+  ASSERT_TRUE(stream->Write(request));
+  ASSERT_TRUE(stream->Read(&response));
+  EXPECT_EQ(response.error_code(), 0);
+  ASSERT_EQ(response.packed_results().codes_size(), 1);
+  ASSERT_EQ(response.packed_results().values_size(), 1);
+  EXPECT_EQ(response.packed_results().values(0), -1);
+  request.clear_packed();
   request.add_operations()->mutable_lookup()->set_hash(5);
   ASSERT_TRUE(stream->Write(request));
   ASSERT_TRUE(stream->Read(&response));
