@@ -137,9 +137,13 @@ class StateCache {
   absl::Status KeepAlive(const v1::KeepAliveRequest& request,
                          v1::KeepAliveResponse* response)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // Per-operation refusals go into the results; the returned status is
-  // non-OK only when the whole step is refused (NOT_FOUND session,
-  // INVALID_ARGUMENT too many operations or an empty operation).
+  // Runs the step's operations, given as a list (`operations`, results in
+  // response->results) or packed (`packed`, results in
+  // response->packed_results): the same Apply for either. Per-operation
+  // refusals go into the results; the returned status is non-OK only when
+  // the whole step is refused, before anything ran (NOT_FOUND session;
+  // INVALID_ARGUMENT too many operations, an empty operation, both forms, or
+  // malformed packed columns).
   absl::Status Step(const v1::StepRequest& request, v1::StepResponse* response)
       ABSL_LOCKS_EXCLUDED(mu_);
 
