@@ -120,9 +120,9 @@ class PackedResultReader {
       }
       case v1::Operation::kAdmit: {
         AdmitResult r;
-        const int64_t n = Value();
-        if (n > packed_.values_size()) return Short("values");
-        for (int64_t k = 0; k < n && ok_; ++k) r.slots.push_back(Value());
+        for (int64_t n = Value(); n > 0 && ok_; --n) {
+          r.slots.push_back(Value());
+        }
         r.fork_src = Value();
         r.blocks_resumed = static_cast<int32_t>(Value());
         r.adopted = Value() != 0;

@@ -52,8 +52,7 @@ absl::Status ValidatePackedOperations(const v1::PackedOperations& packed) {
   uint64_t id_offset = 0;
   for (int i = 0; i < packed.kinds_size(); ++i) {
     const uint32_t kind = packed.kinds(i);
-    const std::string_view layout = PackedLayout(
-        kind <= static_cast<uint32_t>(kNumKinds) ? static_cast<int>(kind) : 0);
+    const std::string_view layout = PackedLayout(static_cast<int>(kind));
     if (layout == "?") {
       return absl::InvalidArgumentError(absl::StrCat(
           "packed: operation ", i, " has unknown kind ", kind,
@@ -152,10 +151,9 @@ std::string_view PackedOperationReader::NextId() {
   return id;
 }
 
-void PackedOperationReader::Read(v1::BeginPass*) { ++op_; }
+void PackedOperationReader::Read(v1::BeginPass*) {}
 
 std::string_view PackedOperationReader::Read(v1::Admit* out) {
-  ++op_;
   const std::string_view id = NextId();
   out->set_width(static_cast<int32_t>(NextArg()));
   out->set_num_tokens(NextArg());
@@ -166,20 +164,15 @@ std::string_view PackedOperationReader::Read(v1::Admit* out) {
 }
 
 void PackedOperationReader::Read(v1::ResumableHit* out) {
-  ++op_;
   out->set_num_tokens(NextArg());
   NextHashes(NextArg(), out->mutable_block_hashes());
   out->set_kv_hit_blocks(static_cast<int32_t>(NextArg()));
   out->set_assume_checkpointed(NextArg() != 0);
 }
 
-void PackedOperationReader::Read(v1::Lookup* out) {
-  ++op_;
-  out->set_hash(NextHash());
-}
+void PackedOperationReader::Read(v1::Lookup* out) { out->set_hash(NextHash()); }
 
 std::string_view PackedOperationReader::Read(v1::Reserve* out) {
-  ++op_;
   const std::string_view id = NextId();
   const int64_t n = NextArg();
   auto* positions = out->mutable_positions();
@@ -196,20 +189,16 @@ std::string_view PackedOperationReader::Read(v1::Reserve* out) {
 }
 
 std::string_view PackedOperationReader::Read(v1::Publish* out) {
-  ++op_;
   const std::string_view id = NextId();
   out->set_keep_all(NextArg() != 0);
   return id;
 }
 
 std::string_view PackedOperationReader::Read(v1::Cancel* out) {
-  ++op_;
-  const std::string_view id = NextId();
-  return id;
+  return NextId();
 }
 
 std::string_view PackedOperationReader::Read(v1::Checkpoint* out) {
-  ++op_;
   const std::string_view id = NextId();
   out->set_boundary_blocks(NextArg());
   out->set_hash(NextHash());
@@ -218,32 +207,24 @@ std::string_view PackedOperationReader::Read(v1::Checkpoint* out) {
 }
 
 std::string_view PackedOperationReader::Read(v1::ConsumeFork* out) {
-  ++op_;
-  const std::string_view id = NextId();
-  return id;
+  return NextId();
 }
 
 std::string_view PackedOperationReader::Read(v1::AdoptForkSource* out) {
-  ++op_;
-  const std::string_view id = NextId();
-  return id;
+  return NextId();
 }
 
 std::string_view PackedOperationReader::Read(v1::Release* out) {
-  ++op_;
-  const std::string_view id = NextId();
-  return id;
+  return NextId();
 }
 
 void PackedOperationReader::Read(v1::Unindex* out) {
-  ++op_;
   NextHashes(NextArg(), out->mutable_hashes());
 }
 
-void PackedOperationReader::Read(v1::ClearIndex*) { ++op_; }
+void PackedOperationReader::Read(v1::ClearIndex*) {}
 
 std::string_view PackedOperationReader::Read(v1::Copy* out) {
-  ++op_;
   const std::string_view id = NextId();
   out->set_from_index(static_cast<int32_t>(NextArg()));
   out->set_to_index(static_cast<int32_t>(NextArg()));
@@ -251,7 +232,6 @@ std::string_view PackedOperationReader::Read(v1::Copy* out) {
 }
 
 std::string_view PackedOperationReader::Read(v1::Snapshot* out) {
-  ++op_;
   const std::string_view id = NextId();
   out->set_position(NextArg());
   out->set_hash(NextHash());

@@ -35,23 +35,17 @@ std::string_view PackedLayout(int kind);
 // Errors: INVALID_ARGUMENT naming the operation and the column.
 absl::Status ValidatePackedOperations(const v1::PackedOperations& packed);
 
-// Reads a validated PackedOperations in order. For each operation: kind(),
-// then the Read overload for that kind (which replaces every field of `out`
-// but request_id), then the next operation.
+// Reads a validated PackedOperations in order: for each operation, the Read
+// overload for its kind (packed.kinds(i)), which replaces every field of
+// `out` but request_id.
 class PackedOperationReader {
  public:
   // REQUIRES: ValidatePackedOperations(packed).ok(); `packed` outlives this.
   explicit PackedOperationReader(const v1::PackedOperations& packed)
       : packed_(packed) {}
 
-  int size() const { return packed_.kinds_size(); }
-  // The next operation's kind. REQUIRES: fewer than size() operations read.
-  v1::Operation::KindCase kind() const {
-    return static_cast<v1::Operation::KindCase>(packed_.kinds(op_));
-  }
-
-  // Each REQUIRES: kind() is the overload's kind. A kind that names a
-  // request returns its id, a view into the request_ids column (valid while
+  // Each REQUIRES: the next operation is the overload's kind. A kind that names
+  // a request returns its id, a view into the request_ids column (valid while
   // `packed` is), and leaves out->request_id() alone: the daemon looks the
   // request up by the view, so no id is copied.
   void Read(v1::BeginPass* out);
@@ -83,7 +77,6 @@ class PackedOperationReader {
   }
 
   const v1::PackedOperations& packed_;
-  int op_ = 0;
   int id_ = 0;
   size_t id_offset_ = 0;
   int arg_ = 0;

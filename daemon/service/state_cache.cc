@@ -435,8 +435,8 @@ absl::Status StateCache::Step(const v1::StepRequest& request,
       v1::Operation::KindCase kind;
       absl::Status status;
       if (packed) {
-        kind = reader.kind();
-        status = RunPackedOperation(*session, reader, writer);
+        kind = static_cast<v1::Operation::KindCase>(request.packed().kinds(i));
+        status = RunPackedOperation(*session, kind, reader, writer);
       } else {
         const v1::Operation& op = request.operations(i);
         kind = op.kind_case();
@@ -542,10 +542,11 @@ absl::Status StateCache::ApplyPacked(Session& session,
 }
 
 absl::Status StateCache::RunPackedOperation(Session& session,
+                                            v1::Operation::KindCase kind,
                                             PackedOperationReader& reader,
                                             PackedResultWriter& writer) {
   PackedScratch& s = *packed_scratch_;
-  switch (reader.kind()) {
+  switch (kind) {
     case v1::Operation::kBeginPass:
       return ApplyPacked(session, reader, s.begin_pass, s.begin_pass_result,
                          writer);

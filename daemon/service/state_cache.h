@@ -193,9 +193,10 @@ class StateCache {
   absl::Status RunOperation(Session& session, const v1::Operation& op,
                             v1::OperationResult* result)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The next operation of a packed Step: read into the reused message of its
-  // kind, Apply, result written packed.
+  // The next operation of a packed Step, of kind `kind`: read into the reused
+  // message of its kind, Apply, result written packed.
   absl::Status RunPackedOperation(Session& session,
+                                  v1::Operation::KindCase kind,
                                   PackedOperationReader& reader,
                                   PackedResultWriter& writer)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
