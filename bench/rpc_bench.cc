@@ -21,6 +21,15 @@
 //     steps over StepStream).
 // Every figure is the median over --reps runs, each run going through every
 // row in turn; a ratio is the median of the runs' ratios to their own Ping.
+//
+// A second table (--paired) times each Step row against a Ping made under
+// the same conditions: interleaved with it in blocks, and with the client
+// building a pass of the row's size before every Ping as it does before
+// every Step. In the first table Ping runs back to back with nothing between
+// calls, which on a VM whose vCPUs halt when idle is the cheapest a call
+// ever gets (a Ping 30 us after the last one costs ~10% more, 1 ms after it
+// ~75% more), while every Step row's client builds its next pass between
+// calls; and its ratios move by a fifth between runs with the VM's drift.
 #include <fcntl.h>
 #include <google/protobuf/arena.h>
 #include <grpcpp/grpcpp.h>
@@ -57,6 +66,8 @@ ABSL_FLAG(double, seconds, 2.0, "duration of each throughput run");
 ABSL_FLAG(std::string, rows, "",
           "only the latency rows whose name contains this (Ping always runs: "
           "it is the baseline); empty: all");
+ABSL_FLAG(bool, paired, true,
+          "also time each Step row paired with Ping (see MeasurePaired)");
 ABSL_FLAG(bool, throughput, true, "also measure steps/s by session count");
 ABSL_FLAG(bool, wire_breakdown, false,
           "time a pass's serialisation and parsing on each side and the "
@@ -380,19 +391,82 @@ void CheckStep(const v1::StepResponse& resp) {
   }
 }
 
-Latency PingLatency(v1::StateCache::Stub& stub, int n) {
+// One kind of round trip, measured call by call. Prepare() is what the
+// client does before the call (build the pass), off the clock; Call() is
+// the timed call. Construction sets up (attach, fill the running batch) and
+// destruction tears down, both untimed.
+class RoundTrip {
+ public:
+  virtual ~RoundTrip() = default;
+  virtual void Prepare() {}
+  virtual void Call() = 0;
+};
+
+// n calls back to back, each after its Prepare.
+Latency Measure(RoundTrip& trip, int n) {
   std::vector<double> us;
   us.reserve(n);
   for (int i = 0; i < n; ++i) {
-    grpc::ClientContext ctx;
-    v1::PingResponse resp;
+    trip.Prepare();
     const auto t0 = Clock::now();
-    grpc::Status s = stub.Ping(&ctx, v1::PingRequest(), &resp);
+    trip.Call();
     us.push_back(MicrosSince(t0));
-    if (!s.ok()) std::exit(1);
   }
   return Summarise(us);
 }
+
+// n calls of `trip` interleaved with n of `ping` in blocks of 8 of each,
+// so that both are timed at the same moments of the machine and their
+// ratio does not move with the VM's drift (its speed changes by a third
+// within minutes). A block's first call follows the other kind's last, so
+// it is made but not counted: each counted call follows one of its own
+// kind, as in a loop of its own. Returns {trip, ping}.
+std::pair<Latency, Latency> MeasurePaired(RoundTrip& trip, RoundTrip& ping,
+                                          int n) {
+  constexpr int kCallsPerBlock = 8;
+  std::vector<double> us[2];
+  RoundTrip* trips[2] = {&trip, &ping};
+  for (int k = 0; k < 2; ++k) us[k].reserve(n);
+  for (int done = 0; done < n; done += kCallsPerBlock - 1) {
+    for (int k = 0; k < 2; ++k) {
+      for (int i = 0; i < kCallsPerBlock; ++i) {
+        trips[k]->Prepare();
+        const auto t0 = Clock::now();
+        trips[k]->Call();
+        if (i > 0) us[k].push_back(MicrosSince(t0));
+      }
+    }
+  }
+  return {Summarise(us[0]), Summarise(us[1])};
+}
+
+// Ping. With `pass_ops` > 0, Prepare builds (and drops) a pass of that many
+// operations as the Step rows' Prepare does, so that a paired Ping comes
+// after the same client work as the call it is set against.
+class PingTrip final : public RoundTrip {
+ public:
+  PingTrip(v1::StateCache::Stub& stub, int pass_ops = 0, bool packed = false)
+      : stub_(stub), packed_(packed) {
+    if (pass_ops > 0) {
+      shadow_ = std::make_unique<Scheduler>("unused", pass_ops, 13);
+      for (int i = 0; i < 50; ++i) (void)shadow_->NextPass();  // full batch
+    }
+  }
+  void Prepare() override {
+    if (shadow_ != nullptr) dropped_ = shadow_->NextPass(packed_);
+  }
+  void Call() override {
+    grpc::ClientContext ctx;
+    v1::PingResponse resp;
+    if (!stub_.Ping(&ctx, v1::PingRequest(), &resp).ok()) std::exit(1);
+  }
+
+ private:
+  v1::StateCache::Stub& stub_;
+  const bool packed_;
+  std::unique_ptr<Scheduler> shadow_;
+  v1::StepRequest dropped_;
+};
 
 // Fills the scheduler's running batch with 50 unary passes, untimed.
 void FillBatch(v1::StateCache::Stub& stub, Scheduler& sched) {
@@ -410,88 +484,112 @@ void FillBatch(v1::StateCache::Stub& stub, Scheduler& sched) {
 // socket, gRPC, the daemon's parsing), plus gRPC's error path (a refused
 // one-op Step costs ~1.3x Ping, a served one ~1.1x), to set against the full
 // Step.
-Latency UnaryStepLatency(v1::StateCache::Stub& stub, int ops, int n,
-                         bool refused = false, bool packed = false) {
-  Scheduler sched(Attach(stub), ops, 7);
-  FillBatch(stub, sched);
-  std::vector<double> us;
-  us.reserve(n);
-  // Reused, as a scheduler would: parsing into it reuses its sub-messages.
-  v1::StepResponse resp;
-  for (int i = 0; i < n; ++i) {
-    v1::StepRequest req = sched.NextPass(packed);  // built before the clock
-    if (refused) req.set_session_id("no-such-session");
+class UnaryStepTrip final : public RoundTrip {
+ public:
+  UnaryStepTrip(v1::StateCache::Stub& stub, int ops, bool refused = false,
+                bool packed = false)
+      : stub_(stub),
+        refused_(refused),
+        packed_(packed),
+        sched_(Attach(stub), ops, 7) {
+    FillBatch(stub_, sched_);
+  }
+  ~UnaryStepTrip() override { Detach(stub_, sched_.session()); }
+  void Prepare() override {
+    req_ = sched_.NextPass(packed_);
+    if (refused_) req_.set_session_id("no-such-session");
+    resp_.Clear();
+  }
+  void Call() override {
     grpc::ClientContext ctx;
-    resp.Clear();
-    const auto t0 = Clock::now();
-    grpc::Status s = stub.Step(&ctx, req, &resp);
-    us.push_back(MicrosSince(t0));
+    grpc::Status s = stub_.Step(&ctx, req_, &resp_);
     const grpc::StatusCode want =
-        refused ? grpc::StatusCode::NOT_FOUND : grpc::StatusCode::OK;
+        refused_ ? grpc::StatusCode::NOT_FOUND : grpc::StatusCode::OK;
     if (s.error_code() != want) {
       std::fprintf(stderr, "step: expected code %d, got %d %s\n", want,
                    s.error_code(), s.error_message().c_str());
       std::exit(1);
     }
-    if (!refused) CheckStep(resp);
+    if (!refused_) CheckStep(resp_);
   }
-  Detach(stub, sched.session());
-  return Summarise(us);
-}
+
+ private:
+  v1::StateCache::Stub& stub_;
+  const bool refused_;
+  const bool packed_;
+  Scheduler sched_;
+  v1::StepRequest req_;
+  // Reused, as a scheduler would: parsing into it reuses its sub-messages.
+  v1::StepResponse resp_;
+};
 
 // Ping carrying as many bytes as the same passes' requests, as one field it
 // does not know (a 10 KB blob the daemon keeps unparsed): what moving the
 // request's bytes through the socket and gRPC costs, without its operations
 // to serialise and parse. (Carrying the pass's own bytes instead, as 257
 // unknown fields, would time protobuf's unknown-field handling as well.)
-Latency PingWithPassBytesLatency(v1::StateCache::Stub& stub, int ops, int n) {
-  Scheduler sched("unused", ops, 7);
-  for (int i = 0; i < 50; ++i) (void)sched.NextPass();  // a full batch
-  std::vector<double> us;
-  us.reserve(n);
-  v1::PingResponse resp;
-  for (int i = 0; i < n; ++i) {
-    v1::PingRequest req;
-    req.GetReflection()->MutableUnknownFields(&req)->AddLengthDelimited(
-        1000, std::string(sched.NextPass().ByteSizeLong(), 'x'));
+class PingWithPassBytesTrip final : public RoundTrip {
+ public:
+  PingWithPassBytesTrip(v1::StateCache::Stub& stub, int ops)
+      : stub_(stub), sched_("unused", ops, 7) {
+    for (int i = 0; i < 50; ++i) (void)sched_.NextPass();  // a full batch
+  }
+  void Prepare() override {
+    req_.Clear();
+    req_.GetReflection()->MutableUnknownFields(&req_)->AddLengthDelimited(
+        1000, std::string(sched_.NextPass().ByteSizeLong(), 'x'));
+  }
+  void Call() override {
     grpc::ClientContext ctx;
-    const auto t0 = Clock::now();
-    grpc::Status s = stub.Ping(&ctx, req, &resp);
-    us.push_back(MicrosSince(t0));
+    grpc::Status s = stub_.Ping(&ctx, req_, &resp_);
     if (!s.ok()) {
       std::fprintf(stderr, "ping with bytes: %s\n", s.error_message().c_str());
       std::exit(1);
     }
   }
-  return Summarise(us);
-}
 
-Latency StreamStepLatency(v1::StateCache::Stub& stub, int ops, int n,
-                          bool packed = false) {
-  Scheduler sched(Attach(stub), ops, 11);
-  grpc::ClientContext ctx;
-  auto stream = stub.StepStream(&ctx);
-  std::vector<double> us;
-  us.reserve(n);
-  v1::StepResponse resp;
-  for (int i = 0; i < 50; ++i) {  // fill the running batch, untimed
-    if (!stream->Write(sched.NextPass()) || !stream->Read(&resp)) std::exit(1);
+ private:
+  v1::StateCache::Stub& stub_;
+  Scheduler sched_;
+  v1::PingRequest req_;
+  v1::PingResponse resp_;
+};
+
+class StreamStepTrip final : public RoundTrip {
+ public:
+  StreamStepTrip(v1::StateCache::Stub& stub, int ops, bool packed = false)
+      : stub_(stub), packed_(packed), sched_(Attach(stub), ops, 11) {
+    stream_ = stub_.StepStream(&ctx_);
+    for (int i = 0; i < 50; ++i) {  // fill the running batch, untimed
+      if (!stream_->Write(sched_.NextPass()) || !stream_->Read(&resp_)) {
+        std::exit(1);
+      }
+    }
   }
-  for (int i = 0; i < n; ++i) {
-    const v1::StepRequest req = sched.NextPass(packed);
-    const auto t0 = Clock::now();
-    if (!stream->Write(req) || !stream->Read(&resp)) {
+  ~StreamStepTrip() override {
+    stream_->WritesDone();
+    (void)stream_->Finish();
+    Detach(stub_, sched_.session());
+  }
+  void Prepare() override { req_ = sched_.NextPass(packed_); }
+  void Call() override {
+    if (!stream_->Write(req_) || !stream_->Read(&resp_)) {
       std::fprintf(stderr, "stream broke\n");
       std::exit(1);
     }
-    us.push_back(MicrosSince(t0));
-    CheckStep(resp);
+    CheckStep(resp_);
   }
-  stream->WritesDone();
-  (void)stream->Finish();
-  Detach(stub, sched.session());
-  return Summarise(us);
-}
+
+ private:
+  v1::StateCache::Stub& stub_;
+  const bool packed_;
+  Scheduler sched_;
+  grpc::ClientContext ctx_;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::StepRequest, v1::StepResponse>>
+      stream_;
+  v1::StepRequest req_;
+  v1::StepResponse resp_;
+};
 
 double Throughput(const std::string& address, int sessions, double seconds) {
   std::atomic<bool> stop{false};
@@ -531,35 +629,40 @@ double Throughput(const std::string& address, int sessions, double seconds) {
 
 // The same passes through statecache::Client (Step or StepStreamed): what a
 // C++ scheduler using the client library sees, results converted included.
-Latency ClientStepLatency(const std::string& address, int ops, int n,
-                          bool streamed) {
-  auto client = Client::Connect(address, ClientOptions{.keepalive = false});
-  if (!client.ok()) std::exit(1);
-  ModelIdentity identity;
-  identity.model_id = "bench";
-  identity.hash_block_size = kBlock;
-  if (!(*client)->Attach(identity, "rpc_bench").ok()) std::exit(1);
-  Scheduler sched("unused", ops, 7);  // the client names the session
-  auto step = [&](const StepBuilder& b) {
-    return streamed ? (*client)->StepStreamed(b) : (*client)->Step(b);
-  };
-  for (int i = 0; i < 50; ++i) (void)step(sched.NextBuilder());
-  std::vector<double> us;
-  us.reserve(n);
-  for (int i = 0; i < n; ++i) {
-    const StepBuilder b = sched.NextBuilder();  // before the clock
-    const auto t0 = Clock::now();
-    absl::StatusOr<StepResults> results = step(b);
-    us.push_back(MicrosSince(t0));
+class ClientStepTrip final : public RoundTrip {
+ public:
+  ClientStepTrip(const std::string& address, int ops, bool streamed)
+      : streamed_(streamed),
+        sched_("unused", ops, 7) {  // the client names the session
+    auto client = Client::Connect(address, ClientOptions{.keepalive = false});
+    if (!client.ok()) std::exit(1);
+    client_ = *std::move(client);
+    ModelIdentity identity;
+    identity.model_id = "bench";
+    identity.hash_block_size = kBlock;
+    if (!client_->Attach(identity, "rpc_bench").ok()) std::exit(1);
+    for (int i = 0; i < 50; ++i) (void)Step(sched_.NextBuilder());
+  }
+  ~ClientStepTrip() override { (void)client_->Detach(); }
+  void Prepare() override { builder_ = sched_.NextBuilder(); }
+  void Call() override {
+    absl::StatusOr<StepResults> results = Step(builder_);
     if (!results.ok()) {
       std::fprintf(stderr, "client step: %s\n",
                    results.status().ToString().c_str());
       std::exit(1);
     }
   }
-  (void)(*client)->Detach();
-  return Summarise(us);
-}
+
+ private:
+  absl::StatusOr<StepResults> Step(const StepBuilder& b) {
+    return streamed_ ? client_->StepStreamed(b) : client_->Step(b);
+  }
+  const bool streamed_;
+  Scheduler sched_;
+  std::unique_ptr<Client> client_;
+  StepBuilder builder_;
+};
 
 // A StateCache in this process as the daemon runs it by default (metrics
 // observing every operation), with one attached session whose scheduler has
@@ -747,37 +850,83 @@ int main(int argc, char** argv) {
   auto stub = v1::StateCache::NewStub(channel);
   const int n = absl::GetFlag(FLAGS_iterations);
   const int reps = absl::GetFlag(FLAGS_reps);
-  (void)PingLatency(*stub, 200);  // warm the channel
+  {
+    PingTrip warm(*stub);  // warm the channel
+    (void)Measure(warm, 200);
+  }
 
+  // A latency row: a round trip over the socket (`trip`), or, for the
+  // in-process rows, a measurement of its own (`run`). `paired` rows are
+  // also timed against a Ping whose client first builds a pass of `ops`
+  // operations in the same form.
   struct Row {
-    const char* name;
-    std::function<Latency()> run;
+    const char* name = "";
+    std::function<std::unique_ptr<RoundTrip>()> trip = nullptr;
+    std::function<Latency()> run = nullptr;
+    bool paired = false;
+    int ops = 0;
+    bool packed = false;
+  };
+  auto unary_row = [&](const char* name, int ops, bool packed) {
+    return Row{.name = name,
+               .trip =
+                   [&stub, ops, packed] {
+                     return std::make_unique<UnaryStepTrip>(*stub, ops, false,
+                                                            packed);
+                   },
+               .paired = true,
+               .ops = ops,
+               .packed = packed};
+  };
+  auto stream_row = [&](const char* name, int ops, bool packed) {
+    return Row{.name = name,
+               .trip =
+                   [&stub, ops, packed] {
+                     return std::make_unique<StreamStepTrip>(*stub, ops,
+                                                             packed);
+                   },
+               .paired = true,
+               .ops = ops,
+               .packed = packed};
+  };
+  auto client_row = [&](const char* name, bool streamed) {
+    return Row{.name = name,
+               .trip =
+                   [&daemon, streamed] {
+                     return std::make_unique<ClientStepTrip>(daemon.address(),
+                                                             256, streamed);
+                   },
+               .paired = true,
+               .ops = 256,
+               .packed = true};
   };
   const std::vector<Row> rows = {
-      {"Ping (baseline)", [&] { return PingLatency(*stub, n); }},
-      {"Step, 1 op", [&] { return UnaryStepLatency(*stub, 1, n); }},
-      {"Step, 64 ops", [&] { return UnaryStepLatency(*stub, 64, n); }},
-      {"Step, 256 ops", [&] { return UnaryStepLatency(*stub, 256, n); }},
-      {"  Ping + 256 ops' bytes",
-       [&] { return PingWithPassBytesLatency(*stub, 256, n); }},
-      {"  256 ops, refused",
-       [&] { return UnaryStepLatency(*stub, 256, n, /*refused=*/true); }},
-      {"Step, 64 ops, packed",
-       [&] { return UnaryStepLatency(*stub, 64, n, false, /*packed=*/true); }},
-      {"Step, 256 ops, packed",
-       [&] { return UnaryStepLatency(*stub, 256, n, false, /*packed=*/true); }},
-      {"StepStream, 1 op", [&] { return StreamStepLatency(*stub, 1, n); }},
-      {"StepStream, 64 ops", [&] { return StreamStepLatency(*stub, 64, n); }},
-      {"StepStream, 256 ops", [&] { return StreamStepLatency(*stub, 256, n); }},
-      {"StepStream, 256 ops, packed",
-       [&] { return StreamStepLatency(*stub, 256, n, /*packed=*/true); }},
-      {"Client::Step, 256 ops",
-       [&] { return ClientStepLatency(daemon.address(), 256, n, false); }},
-      {"Client stream, 256 ops",
-       [&] { return ClientStepLatency(daemon.address(), 256, n, true); }},
-      {"in-process, 256 ops", [&] { return InProcessStepLatency(256, n); }},
-      {"  + protobuf both ways",
-       [&] { return InProcessStepLatency(256, n, /*wire=*/true); }},
+      {.name = "Ping (baseline)",
+       .trip = [&] { return std::make_unique<PingTrip>(*stub); }},
+      unary_row("Step, 1 op", 1, false),
+      unary_row("Step, 64 ops", 64, false),
+      unary_row("Step, 256 ops", 256, false),
+      {.name = "  Ping + 256 ops' bytes",
+       .trip =
+           [&] { return std::make_unique<PingWithPassBytesTrip>(*stub, 256); }},
+      {.name = "  256 ops, refused",
+       .trip =
+           [&] {
+             return std::make_unique<UnaryStepTrip>(*stub, 256,
+                                                    /*refused=*/true);
+           }},
+      unary_row("Step, 64 ops, packed", 64, true),
+      unary_row("Step, 256 ops, packed", 256, true),
+      stream_row("StepStream, 1 op", 1, false),
+      stream_row("StepStream, 64 ops", 64, false),
+      stream_row("StepStream, 256 ops", 256, false),
+      stream_row("StepStream, 256 ops, packed", 256, true),
+      client_row("Client::Step, 256 ops", false),
+      client_row("Client stream, 256 ops", true),
+      {.name = "in-process, 256 ops",
+       .run = [&] { return InProcessStepLatency(256, n); }},
+      {.name = "  + protobuf both ways",
+       .run = [&] { return InProcessStepLatency(256, n, /*wire=*/true); }},
   };
   // Each repetition runs every selected row in turn, so the machine's drift
   // (its speed moves by a half within a day) falls on all rows alike; a
@@ -793,7 +942,13 @@ int main(int argc, char** argv) {
   std::vector<std::vector<Latency>> runs(selected.size());
   for (int r = 0; r < reps; ++r) {
     for (size_t i = 0; i < selected.size(); ++i) {
-      runs[i].push_back(selected[i]->run());
+      const Row& row = *selected[i];
+      if (row.trip) {
+        std::unique_ptr<RoundTrip> trip = row.trip();
+        runs[i].push_back(Measure(*trip, n));
+      } else {
+        runs[i].push_back(row.run());
+      }
     }
   }
   std::printf(
@@ -814,6 +969,46 @@ int main(int argc, char** argv) {
     }
     std::printf("  %-22s %10.1f %10.1f %11.2fx %11.2fx\n", selected[i]->name,
                 Median(p50), Median(p99), Median(r50), Median(r99));
+  }
+
+  // The same rows paired with Ping (see MeasurePaired). In the table above
+  // Ping runs in a loop of its own, back to back: the client does nothing
+  // between calls, so the daemon's thread and both vCPUs stay hot, while
+  // every Step row's client builds a pass between calls. Here each call,
+  // Ping included, follows the same work.
+  if (absl::GetFlag(FLAGS_paired)) {
+    std::vector<const Row*> paired;
+    for (const Row* row : selected) {
+      if (row->paired) paired.push_back(row);
+    }
+    // [row][rep] -> {row, its Ping}
+    std::vector<std::vector<std::pair<Latency, Latency>>> pruns(paired.size());
+    for (int r = 0; r < reps; ++r) {
+      for (size_t i = 0; i < paired.size(); ++i) {
+        std::unique_ptr<RoundTrip> trip = paired[i]->trip();
+        PingTrip ping(*stub, paired[i]->ops, paired[i]->packed);
+        pruns[i].push_back(MeasurePaired(*trip, ping, n));
+      }
+    }
+    std::printf(
+        "\npaired with Ping: each run alternates blocks of the row's calls "
+        "and of Pings (%d of each timed), every call after its client built "
+        "a pass of the row's size (the Ping's is dropped); median of %d "
+        "runs\n",
+        n, reps);
+    std::printf("  %-22s %10s %10s %12s %12s\n", "call", "p50 us", "Ping p50",
+                "p50/Ping", "p99/Ping");
+    for (size_t i = 0; i < paired.size(); ++i) {
+      std::vector<double> p50, ping50, r50, r99;
+      for (const auto& [l, ping] : pruns[i]) {
+        p50.push_back(l.p50_us);
+        ping50.push_back(ping.p50_us);
+        r50.push_back(l.p50_us / ping.p50_us);
+        r99.push_back(l.p99_us / ping.p99_us);
+      }
+      std::printf("  %-22s %10.1f %10.1f %11.2fx %11.2fx\n", paired[i]->name,
+                  Median(p50), Median(ping50), Median(r50), Median(r99));
+    }
   }
   if (g_refused.load() > 0) {
     std::printf("WARNING: %lld operations refused (first: %s)\n",
