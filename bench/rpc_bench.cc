@@ -27,9 +27,10 @@
 // building a pass of the row's size before every Ping as it does before
 // every Step. In the first table Ping runs back to back with nothing between
 // calls, which on a VM whose vCPUs halt when idle is the cheapest a call
-// ever gets (a Ping 30 us after the last one costs ~10% more, 1 ms after it
-// ~75% more), while every Step row's client builds its next pass between
-// calls; and its ratios move by a fifth between runs with the VM's drift.
+// ever gets (rows `Ping, 30 us after` and `Ping, 1 ms after`: 10-15% and
+// 60-80% more on the development VM), while every Step row's client builds
+// its next pass between calls; and its ratios move by a fifth between runs
+// with the VM's drift.
 #include <fcntl.h>
 #include <google/protobuf/arena.h>
 #include <grpcpp/grpcpp.h>
@@ -442,11 +443,15 @@ std::pair<Latency, Latency> MeasurePaired(RoundTrip& trip, RoundTrip& ping,
 
 // Ping. With `pass_ops` > 0, Prepare builds (and drops) a pass of that many
 // operations as the Step rows' Prepare does, so that a paired Ping comes
-// after the same client work as the call it is set against.
+// after the same client work as the call it is set against. With `gap`,
+// Prepare instead waits (spinning, as a scheduler's thread does while its
+// forward runs) until `gap` has passed since the last call returned: what
+// a call costs once the daemon's side has gone idle.
 class PingTrip final : public RoundTrip {
  public:
-  PingTrip(v1::StateCache::Stub& stub, int pass_ops = 0, bool packed = false)
-      : stub_(stub), packed_(packed) {
+  explicit PingTrip(v1::StateCache::Stub& stub, int pass_ops = 0,
+                    bool packed = false, std::chrono::microseconds gap = {})
+      : stub_(stub), packed_(packed), gap_(gap) {
     if (pass_ops > 0) {
       shadow_ = std::make_unique<Scheduler>("unused", pass_ops, 13);
       for (int i = 0; i < 50; ++i) (void)shadow_->NextPass();  // full batch
@@ -454,18 +459,23 @@ class PingTrip final : public RoundTrip {
   }
   void Prepare() override {
     if (shadow_ != nullptr) dropped_ = shadow_->NextPass(packed_);
+    while (Clock::now() - returned_ < gap_) {
+    }
   }
   void Call() override {
     grpc::ClientContext ctx;
     v1::PingResponse resp;
     if (!stub_.Ping(&ctx, v1::PingRequest(), &resp).ok()) std::exit(1);
+    returned_ = Clock::now();
   }
 
  private:
   v1::StateCache::Stub& stub_;
   const bool packed_;
+  const std::chrono::microseconds gap_;
   std::unique_ptr<Scheduler> shadow_;
   v1::StepRequest dropped_;
+  Clock::time_point returned_;
 };
 
 // Fills the scheduler's running batch with 50 unary passes, untimed.
@@ -903,6 +913,18 @@ int main(int argc, char** argv) {
   const std::vector<Row> rows = {
       {.name = "Ping (baseline)",
        .trip = [&] { return std::make_unique<PingTrip>(*stub); }},
+      {.name = "  Ping, 30 us after",
+       .trip =
+           [&] {
+             return std::make_unique<PingTrip>(*stub, 0, false,
+                                               std::chrono::microseconds(30));
+           }},
+      {.name = "  Ping, 1 ms after",
+       .trip =
+           [&] {
+             return std::make_unique<PingTrip>(*stub, 0, false,
+                                               std::chrono::microseconds(1000));
+           }},
       unary_row("Step, 1 op", 1, false),
       unary_row("Step, 64 ops", 64, false),
       unary_row("Step, 256 ops", 256, false),
