@@ -30,7 +30,9 @@
 // ever gets (rows `Ping, 30 us after` and `Ping, 1 ms after`: 10-15% and
 // 60-80% more on the development VM), while every Step row's client builds
 // its next pass between calls; and its ratios move by a fifth between runs
-// with the VM's drift.
+// with the VM's drift. Row `packed, 1 ms apart` spaces its calls (and its
+// paired Pings) as a scheduler's passes are spaced by the forward between
+// them, so that each call finds the daemon idle.
 #include <fcntl.h>
 #include <google/protobuf/arena.h>
 #include <grpcpp/grpcpp.h>
@@ -403,14 +405,21 @@ class RoundTrip {
   virtual void Call() = 0;
 };
 
-// n calls back to back, each after its Prepare.
-Latency Measure(RoundTrip& trip, int n) {
+// n calls, each after its Prepare. With a `gap`, each call also waits
+// until `gap` has passed since the last one returned (spinning, as a
+// scheduler's thread does while its forward runs): what a call costs once
+// the daemon's side has gone idle, as it has between a scheduler's passes.
+Latency Measure(RoundTrip& trip, int n, std::chrono::microseconds gap = {}) {
   std::vector<double> us;
   us.reserve(n);
+  Clock::time_point returned;
   for (int i = 0; i < n; ++i) {
     trip.Prepare();
+    while (Clock::now() - returned < gap) {
+    }
     const auto t0 = Clock::now();
     trip.Call();
+    returned = Clock::now();
     us.push_back(MicrosSince(t0));
   }
   return Summarise(us);
@@ -421,19 +430,25 @@ Latency Measure(RoundTrip& trip, int n) {
 // ratio does not move with the VM's drift (its speed changes by a third
 // within minutes). A block's first call follows the other kind's last, so
 // it is made but not counted: each counted call follows one of its own
-// kind, as in a loop of its own. Returns {trip, ping}.
+// kind, as in a loop of its own. `gap` is Measure's, for every call.
+// Returns {trip, ping}.
 std::pair<Latency, Latency> MeasurePaired(RoundTrip& trip, RoundTrip& ping,
-                                          int n) {
+                                          int n,
+                                          std::chrono::microseconds gap = {}) {
   constexpr int kCallsPerBlock = 8;
   std::vector<double> us[2];
   RoundTrip* trips[2] = {&trip, &ping};
   for (int k = 0; k < 2; ++k) us[k].reserve(n);
+  Clock::time_point returned;
   for (int done = 0; done < n; done += kCallsPerBlock - 1) {
     for (int k = 0; k < 2; ++k) {
       for (int i = 0; i < kCallsPerBlock; ++i) {
         trips[k]->Prepare();
+        while (Clock::now() - returned < gap) {
+        }
         const auto t0 = Clock::now();
         trips[k]->Call();
+        returned = Clock::now();
         if (i > 0) us[k].push_back(MicrosSince(t0));
       }
     }
@@ -443,15 +458,12 @@ std::pair<Latency, Latency> MeasurePaired(RoundTrip& trip, RoundTrip& ping,
 
 // Ping. With `pass_ops` > 0, Prepare builds (and drops) a pass of that many
 // operations as the Step rows' Prepare does, so that a paired Ping comes
-// after the same client work as the call it is set against. With `gap`,
-// Prepare instead waits (spinning, as a scheduler's thread does while its
-// forward runs) until `gap` has passed since the last call returned: what
-// a call costs once the daemon's side has gone idle.
+// after the same client work as the call it is set against.
 class PingTrip final : public RoundTrip {
  public:
   explicit PingTrip(v1::StateCache::Stub& stub, int pass_ops = 0,
-                    bool packed = false, std::chrono::microseconds gap = {})
-      : stub_(stub), packed_(packed), gap_(gap) {
+                    bool packed = false)
+      : stub_(stub), packed_(packed) {
     if (pass_ops > 0) {
       shadow_ = std::make_unique<Scheduler>("unused", pass_ops, 13);
       for (int i = 0; i < 50; ++i) (void)shadow_->NextPass();  // full batch
@@ -459,23 +471,18 @@ class PingTrip final : public RoundTrip {
   }
   void Prepare() override {
     if (shadow_ != nullptr) dropped_ = shadow_->NextPass(packed_);
-    while (Clock::now() - returned_ < gap_) {
-    }
   }
   void Call() override {
     grpc::ClientContext ctx;
     v1::PingResponse resp;
     if (!stub_.Ping(&ctx, v1::PingRequest(), &resp).ok()) std::exit(1);
-    returned_ = Clock::now();
   }
 
  private:
   v1::StateCache::Stub& stub_;
   const bool packed_;
-  const std::chrono::microseconds gap_;
   std::unique_ptr<Scheduler> shadow_;
   v1::StepRequest dropped_;
-  Clock::time_point returned_;
 };
 
 // Fills the scheduler's running batch with 50 unary passes, untimed.
@@ -876,6 +883,8 @@ int main(int argc, char** argv) {
     bool paired = false;
     int ops = 0;
     bool packed = false;
+    // Measure's gap, also the paired Ping's.
+    std::chrono::microseconds gap{};
   };
   auto unary_row = [&](const char* name, int ops, bool packed) {
     return Row{.name = name,
@@ -914,17 +923,11 @@ int main(int argc, char** argv) {
       {.name = "Ping (baseline)",
        .trip = [&] { return std::make_unique<PingTrip>(*stub); }},
       {.name = "  Ping, 30 us after",
-       .trip =
-           [&] {
-             return std::make_unique<PingTrip>(*stub, 0, false,
-                                               std::chrono::microseconds(30));
-           }},
+       .trip = [&] { return std::make_unique<PingTrip>(*stub); },
+       .gap = std::chrono::microseconds(30)},
       {.name = "  Ping, 1 ms after",
-       .trip =
-           [&] {
-             return std::make_unique<PingTrip>(*stub, 0, false,
-                                               std::chrono::microseconds(1000));
-           }},
+       .trip = [&] { return std::make_unique<PingTrip>(*stub); },
+       .gap = std::chrono::microseconds(1000)},
       unary_row("Step, 1 op", 1, false),
       unary_row("Step, 64 ops", 64, false),
       unary_row("Step, 256 ops", 256, false),
@@ -939,6 +942,15 @@ int main(int argc, char** argv) {
            }},
       unary_row("Step, 64 ops, packed", 64, true),
       unary_row("Step, 256 ops, packed", 256, true),
+      {.name = "  packed, 1 ms apart",
+       .trip =
+           [&] {
+             return std::make_unique<UnaryStepTrip>(*stub, 256, false, true);
+           },
+       .paired = true,
+       .ops = 256,
+       .packed = true,
+       .gap = std::chrono::microseconds(1000)},
       stream_row("StepStream, 1 op", 1, false),
       stream_row("StepStream, 64 ops", 64, false),
       stream_row("StepStream, 256 ops", 256, false),
@@ -967,7 +979,7 @@ int main(int argc, char** argv) {
       const Row& row = *selected[i];
       if (row.trip) {
         std::unique_ptr<RoundTrip> trip = row.trip();
-        runs[i].push_back(Measure(*trip, n));
+        runs[i].push_back(Measure(*trip, n, row.gap));
       } else {
         runs[i].push_back(row.run());
       }
@@ -1009,27 +1021,30 @@ int main(int argc, char** argv) {
       for (size_t i = 0; i < paired.size(); ++i) {
         std::unique_ptr<RoundTrip> trip = paired[i]->trip();
         PingTrip ping(*stub, paired[i]->ops, paired[i]->packed);
-        pruns[i].push_back(MeasurePaired(*trip, ping, n));
+        pruns[i].push_back(MeasurePaired(*trip, ping, n, paired[i]->gap));
       }
     }
     std::printf(
         "\npaired with Ping: each run alternates blocks of the row's calls "
         "and of Pings (%d of each timed), every call after its client built "
-        "a pass of the row's size (the Ping's is dropped); median of %d "
-        "runs\n",
+        "a pass of the row's size (the Ping's is dropped) and, in a row "
+        "`apart`, that long after the last call returned; `- Ping`: what "
+        "the row's call costs over its Ping; median of %d runs\n",
         n, reps);
-    std::printf("  %-22s %10s %10s %12s %12s\n", "call", "p50 us", "Ping p50",
-                "p50/Ping", "p99/Ping");
+    std::printf("  %-22s %10s %10s %10s %12s %12s\n", "call", "p50 us",
+                "Ping p50", "- Ping", "p50/Ping", "p99/Ping");
     for (size_t i = 0; i < paired.size(); ++i) {
-      std::vector<double> p50, ping50, r50, r99;
+      std::vector<double> p50, ping50, extra, r50, r99;
       for (const auto& [l, ping] : pruns[i]) {
         p50.push_back(l.p50_us);
         ping50.push_back(ping.p50_us);
+        extra.push_back(l.p50_us - ping.p50_us);
         r50.push_back(l.p50_us / ping.p50_us);
         r99.push_back(l.p99_us / ping.p99_us);
       }
-      std::printf("  %-22s %10.1f %10.1f %11.2fx %11.2fx\n", paired[i]->name,
-                  Median(p50), Median(ping50), Median(r50), Median(r99));
+      std::printf("  %-22s %10.1f %10.1f %10.1f %11.2fx %11.2fx\n",
+                  paired[i]->name, Median(p50), Median(ping50), Median(extra),
+                  Median(r50), Median(r99));
     }
   }
   if (g_refused.load() > 0) {
