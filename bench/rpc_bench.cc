@@ -459,18 +459,27 @@ std::pair<Latency, Latency> MeasurePaired(RoundTrip& trip, RoundTrip& ping,
 // Ping. With `pass_ops` > 0, Prepare builds (and drops) a pass of that many
 // operations as the Step rows' Prepare does, so that a paired Ping comes
 // after the same client work as the call it is set against.
+// How a row's client builds its passes: StepRequests in either form, or
+// the client library's StepBuilder.
+enum class PassForm { kList, kPacked, kBuilder };
+
 class PingTrip final : public RoundTrip {
  public:
   explicit PingTrip(v1::StateCache::Stub& stub, int pass_ops = 0,
-                    bool packed = false)
-      : stub_(stub), packed_(packed) {
+                    PassForm form = PassForm::kList)
+      : stub_(stub), form_(form) {
     if (pass_ops > 0) {
       shadow_ = std::make_unique<Scheduler>("unused", pass_ops, 13);
       for (int i = 0; i < 50; ++i) (void)shadow_->NextPass();  // full batch
     }
   }
   void Prepare() override {
-    if (shadow_ != nullptr) dropped_ = shadow_->NextPass(packed_);
+    if (shadow_ == nullptr) return;
+    if (form_ == PassForm::kBuilder) {
+      dropped_builder_ = shadow_->NextBuilder();
+    } else {
+      dropped_ = shadow_->NextPass(form_ == PassForm::kPacked);
+    }
   }
   void Call() override {
     grpc::ClientContext ctx;
@@ -480,9 +489,10 @@ class PingTrip final : public RoundTrip {
 
  private:
   v1::StateCache::Stub& stub_;
-  const bool packed_;
+  const PassForm form_;
   std::unique_ptr<Scheduler> shadow_;
   v1::StepRequest dropped_;
+  StepBuilder dropped_builder_;
 };
 
 // Fills the scheduler's running batch with 50 unary passes, untimed.
@@ -882,7 +892,7 @@ int main(int argc, char** argv) {
     std::function<Latency()> run = nullptr;
     bool paired = false;
     int ops = 0;
-    bool packed = false;
+    PassForm form = PassForm::kList;
     // Measure's gap, also the paired Ping's.
     std::chrono::microseconds gap{};
   };
@@ -895,7 +905,7 @@ int main(int argc, char** argv) {
                    },
                .paired = true,
                .ops = ops,
-               .packed = packed};
+               .form = packed ? PassForm::kPacked : PassForm::kList};
   };
   auto stream_row = [&](const char* name, int ops, bool packed) {
     return Row{.name = name,
@@ -906,7 +916,7 @@ int main(int argc, char** argv) {
                    },
                .paired = true,
                .ops = ops,
-               .packed = packed};
+               .form = packed ? PassForm::kPacked : PassForm::kList};
   };
   auto client_row = [&](const char* name, bool streamed) {
     return Row{.name = name,
@@ -917,7 +927,7 @@ int main(int argc, char** argv) {
                    },
                .paired = true,
                .ops = 256,
-               .packed = true};
+               .form = PassForm::kBuilder};
   };
   const std::vector<Row> rows = {
       {.name = "Ping (baseline)",
@@ -949,7 +959,7 @@ int main(int argc, char** argv) {
            },
        .paired = true,
        .ops = 256,
-       .packed = true,
+       .form = PassForm::kPacked,
        .gap = std::chrono::microseconds(1000)},
       stream_row("StepStream, 1 op", 1, false),
       stream_row("StepStream, 64 ops", 64, false),
@@ -1020,7 +1030,7 @@ int main(int argc, char** argv) {
     for (int r = 0; r < reps; ++r) {
       for (size_t i = 0; i < paired.size(); ++i) {
         std::unique_ptr<RoundTrip> trip = paired[i]->trip();
-        PingTrip ping(*stub, paired[i]->ops, paired[i]->packed);
+        PingTrip ping(*stub, paired[i]->ops, paired[i]->form);
         pruns[i].push_back(MeasurePaired(*trip, ping, n, paired[i]->gap));
       }
     }
