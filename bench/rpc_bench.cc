@@ -27,8 +27,8 @@
 // building a pass of the row's size before every Ping as it does before
 // every Step. In the first table Ping runs back to back with nothing between
 // calls, which on a VM whose vCPUs halt when idle is the cheapest a call
-// ever gets (rows `Ping, 30 us after` and `Ping, 1 ms after`: 10-15% and
-// 60-80% more on the development VM), while every Step row's client builds
+// ever gets (rows `Ping, 30 us after` and `Ping, 1 ms after`: 5-11% and
+// 63-85% more on the development VM), while every Step row's client builds
 // its next pass between calls; and its ratios move by a fifth between runs
 // with the VM's drift. Row `packed, 1 ms apart` spaces its calls (and its
 // paired Pings) as a scheduler's passes are spaced by the forward between
@@ -456,13 +456,13 @@ std::pair<Latency, Latency> MeasurePaired(RoundTrip& trip, RoundTrip& ping,
   return {Summarise(us[0]), Summarise(us[1])};
 }
 
-// Ping. With `pass_ops` > 0, Prepare builds (and drops) a pass of that many
-// operations as the Step rows' Prepare does, so that a paired Ping comes
-// after the same client work as the call it is set against.
 // How a row's client builds its passes: StepRequests in either form, or
 // the client library's StepBuilder.
 enum class PassForm { kList, kPacked, kBuilder };
 
+// Ping. With `pass_ops` > 0, Prepare builds (and drops) a pass of that many
+// operations in `form`, as the Step row it is paired with does before each
+// call, so that the Ping comes after the same client work.
 class PingTrip final : public RoundTrip {
  public:
   explicit PingTrip(v1::StateCache::Stub& stub, int pass_ops = 0,
