@@ -405,23 +405,28 @@ class RoundTrip {
   virtual void Call() = 0;
 };
 
-// n calls, each after its Prepare. With a `gap`, each call also waits
-// until `gap` has passed since the last one returned (spinning, as a
-// scheduler's thread does while its forward runs): what a call costs once
-// the daemon's side has gone idle, as it has between a scheduler's passes.
+// One call of `trip`, after its Prepare and, with a `gap`, after waiting
+// until `gap` has passed since `returned` (spinning, as a scheduler's thread
+// does while its forward runs): what a call costs once the daemon's side
+// has gone idle, as it has between a scheduler's passes. Sets `returned`;
+// returns the call's microseconds.
+double TimedCall(RoundTrip& trip, std::chrono::microseconds gap,
+                 Clock::time_point& returned) {
+  trip.Prepare();
+  while (Clock::now() - returned < gap) {
+  }
+  const auto t0 = Clock::now();
+  trip.Call();
+  returned = Clock::now();
+  return std::chrono::duration<double, std::micro>(returned - t0).count();
+}
+
+// n calls, one after another (see TimedCall for `gap`).
 Latency Measure(RoundTrip& trip, int n, std::chrono::microseconds gap = {}) {
   std::vector<double> us;
   us.reserve(n);
   Clock::time_point returned;
-  for (int i = 0; i < n; ++i) {
-    trip.Prepare();
-    while (Clock::now() - returned < gap) {
-    }
-    const auto t0 = Clock::now();
-    trip.Call();
-    returned = Clock::now();
-    us.push_back(MicrosSince(t0));
-  }
+  for (int i = 0; i < n; ++i) us.push_back(TimedCall(trip, gap, returned));
   return Summarise(us);
 }
 
@@ -430,7 +435,7 @@ Latency Measure(RoundTrip& trip, int n, std::chrono::microseconds gap = {}) {
 // ratio does not move with the VM's drift (its speed changes by a third
 // within minutes). A block's first call follows the other kind's last, so
 // it is made but not counted: each counted call follows one of its own
-// kind, as in a loop of its own. `gap` is Measure's, for every call.
+// kind, as in a loop of its own. `gap` is TimedCall's, for every call.
 // Returns {trip, ping}.
 std::pair<Latency, Latency> MeasurePaired(RoundTrip& trip, RoundTrip& ping,
                                           int n,
@@ -443,13 +448,8 @@ std::pair<Latency, Latency> MeasurePaired(RoundTrip& trip, RoundTrip& ping,
   for (int done = 0; done < n; done += kCallsPerBlock - 1) {
     for (int k = 0; k < 2; ++k) {
       for (int i = 0; i < kCallsPerBlock; ++i) {
-        trips[k]->Prepare();
-        while (Clock::now() - returned < gap) {
-        }
-        const auto t0 = Clock::now();
-        trips[k]->Call();
-        returned = Clock::now();
-        if (i > 0) us[k].push_back(MicrosSince(t0));
+        const double t = TimedCall(*trips[k], gap, returned);
+        if (i > 0) us[k].push_back(t);
       }
     }
   }

@@ -32,12 +32,7 @@ using google::protobuf::FieldDescriptor;
 constexpr int64_t kSlots = 12;
 constexpr int kMaxOps = 8;
 
-v1::Identity Identity() {
-  v1::Identity id;
-  id.set_model_id("packed/model");
-  id.set_hash_block_size(kBlock);
-  return id;
-}
+v1::Identity Identity() { return TestIdentity("packed/model"); }
 
 // The rule, from the descriptor: what PackedLayout must say for a message.
 std::string LayoutByRule(const google::protobuf::Descriptor* d) {

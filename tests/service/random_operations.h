@@ -161,6 +161,14 @@ inline std::string Visible(StateCache& cache) {
 // memory (so copy and snapshot run), fork transfer, a 10 s lease on `clock`
 // and at most `max_ops` operations per step. `prefix` names its shared
 // memory.
+// A model identity for a test's cache and its sessions.
+inline v1::Identity TestIdentity(const std::string& model_id) {
+  v1::Identity id;
+  id.set_model_id(model_id);
+  id.set_hash_block_size(kBlock);
+  return id;
+}
+
 inline std::unique_ptr<StateCache> NewCacheWithMemory(
     const v1::Identity& identity, Clock* clock, const std::string& prefix,
     int64_t num_slots, int64_t max_slots, int max_ops) {

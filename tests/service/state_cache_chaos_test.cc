@@ -26,12 +26,7 @@ constexpr int64_t kSlots = 12;
 constexpr int64_t kResizeLimit = 24;
 constexpr int kMaxOps = 8;
 
-v1::Identity Identity() {
-  v1::Identity id;
-  id.set_model_id("chaos/model");
-  id.set_hash_block_size(kBlock);
-  return id;
-}
+v1::Identity Identity() { return TestIdentity("chaos/model"); }
 
 TEST(StateCacheChaosTest, RandomRunKeepsInvariantsAndRefusalsChangeNothing) {
   FakeClock clock;
