@@ -68,7 +68,8 @@ ABSL_FLAG(int, reps, 5, "repetitions (median reported)");
 ABSL_FLAG(double, seconds, 2.0, "duration of each throughput run");
 ABSL_FLAG(std::string, rows, "",
           "only the latency rows whose name contains this (Ping always runs: "
-          "it is the baseline); empty: all");
+          "it is the baseline; with --in_process_only, only those in-process "
+          "rows); empty: all");
 ABSL_FLAG(bool, paired, true,
           "also time each Step row paired with Ping (see MeasurePaired)");
 ABSL_FLAG(bool, throughput, true, "also measure steps/s by session count");
@@ -860,12 +861,15 @@ int main(int argc, char** argv) {
     for (int ops : {64, 256}) {
       for (bool packed : {false, true}) {
         for (bool wire : {false, true}) {
+          const std::string name =
+              absl::StrCat("in-process", packed ? ", packed" : "",
+                           wire ? " + protobuf both ways" : "", ", ", ops,
+                           " ops");
+          if (!absl::StrContains(name, absl::GetFlag(FLAGS_rows))) continue;
           Latency l = InProcessStepLatency(ops, absl::GetFlag(FLAGS_iterations),
                                            wire, packed);
-          std::printf("in-process%s%s, %d ops: p50 %.1f us, p99 %.1f us\n",
-                      packed ? ", packed" : "",
-                      wire ? " + protobuf both ways" : "", ops, l.p50_us,
-                      l.p99_us);
+          std::printf("%s: p50 %.1f us, p99 %.1f us\n", name.c_str(),
+                      l.p50_us, l.p99_us);
         }
       }
     }
