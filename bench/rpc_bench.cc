@@ -861,15 +861,14 @@ int main(int argc, char** argv) {
     for (int ops : {64, 256}) {
       for (bool packed : {false, true}) {
         for (bool wire : {false, true}) {
-          const std::string name =
-              absl::StrCat("in-process", packed ? ", packed" : "",
-                           wire ? " + protobuf both ways" : "", ", ", ops,
-                           " ops");
+          const std::string name = absl::StrCat(
+              "in-process", packed ? ", packed" : "",
+              wire ? " + protobuf both ways" : "", ", ", ops, " ops");
           if (!absl::StrContains(name, absl::GetFlag(FLAGS_rows))) continue;
           Latency l = InProcessStepLatency(ops, absl::GetFlag(FLAGS_iterations),
                                            wire, packed);
-          std::printf("%s: p50 %.1f us, p99 %.1f us\n", name.c_str(),
-                      l.p50_us, l.p99_us);
+          std::printf("%s: p50 %.1f us, p99 %.1f us\n", name.c_str(), l.p50_us,
+                      l.p99_us);
         }
       }
     }
