@@ -56,6 +56,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "client/statecache_client.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/service/state_cache.h"
@@ -80,6 +81,13 @@ ABSL_FLAG(int, evict_kb, 0,
           "with --wire_breakdown: write this many KiB of other memory between "
           "passes, so each stage starts with the caches a real pass finds "
           "(the rest of the process ran meanwhile); 0: warm");
+ABSL_FLAG(bool, calibrate, true,
+          "also time Pings to a bare callback server whose handler "
+          "busy-waits as long as the 256-op core takes (see BusyPingServer)");
+ABSL_FLAG(std::string, busy_server, "",
+          "internal: serve BusyPingService on this address and exit");
+ABSL_FLAG(int, busy_server_ready_fd, -1,
+          "internal: with --busy_server, write \"ready\" to this fd");
 ABSL_FLAG(bool, in_process_only, false,
           "time only StateCache::Step in-process (for profiling the core)");
 
@@ -94,9 +102,15 @@ constexpr int kSlots = 4096;
 
 // ------------------------------------------------------------------ daemon
 
-class Daemon {
+// A server process of this benchmark's on a Unix socket in a temporary
+// directory of its own: `exec` is given the socket's address and the fd to
+// write "ready" to (and closed) once serving, and execs the server in the
+// child. The constructor returns once the server is ready; the destructor
+// stops it (SIGTERM) and removes the directory.
+class ServerProcess {
  public:
-  Daemon() {
+  explicit ServerProcess(const std::function<void(const std::string& address,
+                                                  int ready_fd)>& exec) {
     char tmpl[] = "/tmp/rpc_bench.XXXXXX";
     dir_ = mkdtemp(tmpl);
     address_ = absl::StrCat("unix:", dir_, "/sc.sock");
@@ -105,26 +119,18 @@ class Daemon {
     pid_ = fork();
     if (pid_ == 0) {
       close(fds[0]);
-      const std::string bin = absl::GetFlag(FLAGS_statecached);
-      const std::string listen = absl::StrCat("--listen=", address_);
-      const std::string ready = absl::StrCat("--ready_fd=", fds[1]);
-      const std::string slots = absl::StrCat("--num_slots=", kSlots);
-      execl(bin.c_str(), bin.c_str(), listen.c_str(), ready.c_str(),
-            slots.c_str(), "--model_id=bench", "--lease_ttl=60s",
-            // Metrics on, as deployed (the per-operation latency histograms
-            // are work every Step pays), on a port of its own.
-            "--metrics_address=127.0.0.1:0", static_cast<char*>(nullptr));
+      exec(address_, fds[1]);
       _exit(127);
     }
     close(fds[1]);
     char buf[16];
     if (read(fds[0], buf, sizeof buf) <= 0) {
-      std::fprintf(stderr, "rpc_bench: statecached did not become ready\n");
+      std::fprintf(stderr, "rpc_bench: a server did not become ready\n");
       std::exit(1);
     }
     close(fds[0]);
   }
-  ~Daemon() {
+  ~ServerProcess() {
     kill(pid_, SIGTERM);
     int status = 0;
     waitpid(pid_, &status, 0);
@@ -137,6 +143,83 @@ class Daemon {
   std::string dir_;
   std::string address_;
   pid_t pid_ = -1;
+};
+
+// statecached, as deployed but for the pool's size.
+class Daemon : public ServerProcess {
+ public:
+  Daemon()
+      : ServerProcess([](const std::string& address, int ready_fd) {
+          const std::string bin = absl::GetFlag(FLAGS_statecached);
+          const std::string listen = absl::StrCat("--listen=", address);
+          const std::string ready = absl::StrCat("--ready_fd=", ready_fd);
+          const std::string slots = absl::StrCat("--num_slots=", kSlots);
+          execl(bin.c_str(), bin.c_str(), listen.c_str(), ready.c_str(),
+                slots.c_str(), "--model_id=bench", "--lease_ttl=60s",
+                // Metrics on, as deployed (the per-operation latency
+                // histograms are work every Step pays), on a port of its own.
+                "--metrics_address=127.0.0.1:0", static_cast<char*>(nullptr));
+        }) {}
+};
+
+// ------------------------------------------------------- handler calibration
+
+// The field of PingRequest (unknown to it) that asks BusyPingServer's
+// handler to busy-wait that many nanoseconds.
+constexpr int kBusyNanosField = 1000;
+
+// A bare gRPC callback server (the daemon's API and gRPC build, nothing of
+// the daemon's) whose Ping handler busy-waits as long as the request asks:
+// what a handler that works that long costs in round trip on this machine,
+// beside one that does nothing. The process is this benchmark run again
+// with --busy_server.
+class BusyPingService final : public v1::StateCache::CallbackService {
+ public:
+  grpc::ServerUnaryReactor* Ping(grpc::CallbackServerContext* context,
+                                 const v1::PingRequest* request,
+                                 v1::PingResponse*) override {
+    int64_t nanos = 0;
+    const google::protobuf::UnknownFieldSet& fields =
+        request->GetReflection()->GetUnknownFields(*request);
+    for (int i = 0; i < fields.field_count(); ++i) {
+      if (fields.field(i).number() == kBusyNanosField &&
+          fields.field(i).type() ==
+              google::protobuf::UnknownField::TYPE_VARINT) {
+        nanos = static_cast<int64_t>(fields.field(i).varint());
+      }
+    }
+    const auto until = Clock::now() + std::chrono::nanoseconds(nanos);
+    while (Clock::now() < until) {
+    }
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+};
+
+int RunBusyPingServer(const std::string& address, int ready_fd) {
+  BusyPingService service;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials());
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr) return 1;
+  if (write(ready_fd, "ready\n", 6) != 6) return 1;
+  close(ready_fd);
+  server->Wait();  // until the parent's SIGTERM
+  return 0;
+}
+
+class BusyPingServer : public ServerProcess {
+ public:
+  BusyPingServer()
+      : ServerProcess([](const std::string& address, int ready_fd) {
+          const std::string listen = absl::StrCat("--busy_server=", address);
+          const std::string ready =
+              absl::StrCat("--busy_server_ready_fd=", ready_fd);
+          execl("/proc/self/exe", "rpc_bench", listen.c_str(), ready.c_str(),
+                static_cast<char*>(nullptr));
+        }) {}
 };
 
 // ------------------------------------------------------------------ passes
@@ -463,12 +546,18 @@ enum class PassForm { kList, kPacked, kBuilder };
 
 // Ping. With `pass_ops` > 0, Prepare builds (and drops) a pass of that many
 // operations in `form`, as the Step row it is paired with does before each
-// call, so that the Ping comes after the same client work.
+// call, so that the Ping comes after the same client work. With
+// `busy_nanos` > 0 (a BusyPingServer's stub only), the handler busy-waits
+// that long.
 class PingTrip final : public RoundTrip {
  public:
   explicit PingTrip(v1::StateCache::Stub& stub, int pass_ops = 0,
-                    PassForm form = PassForm::kList)
+                    PassForm form = PassForm::kList, int64_t busy_nanos = 0)
       : stub_(stub), form_(form) {
+    if (busy_nanos > 0) {
+      req_.GetReflection()->MutableUnknownFields(&req_)->AddVarint(
+          kBusyNanosField, static_cast<uint64_t>(busy_nanos));
+    }
     if (pass_ops > 0) {
       shadow_ = std::make_unique<Scheduler>("unused", pass_ops, 13);
       for (int i = 0; i < 50; ++i) (void)shadow_->NextPass();  // full batch
@@ -485,12 +574,13 @@ class PingTrip final : public RoundTrip {
   void Call() override {
     grpc::ClientContext ctx;
     v1::PingResponse resp;
-    if (!stub_.Ping(&ctx, v1::PingRequest(), &resp).ok()) std::exit(1);
+    if (!stub_.Ping(&ctx, req_, &resp).ok()) std::exit(1);
   }
 
  private:
   v1::StateCache::Stub& stub_;
   const PassForm form_;
+  v1::PingRequest req_;
   std::unique_ptr<Scheduler> shadow_;
   v1::StepRequest dropped_;
   StepBuilder dropped_builder_;
@@ -843,12 +933,76 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// What handler time costs in round trip on this machine: Pings to a
+// BusyPingServer whose handler busy-waits 5, 10, 20 us and as long as the
+// 256-op packed pass's core takes in-process (measured here first), each
+// paired (MeasurePaired) with Pings whose handler returns at once, every call
+// after its client built a 256-op packed pass as the Step row does. Where a
+// round trip costs only the wire and the handler's time, `- Ping` equals the
+// busy time; on a VM whose vCPUs halt while they wait it is a multiple of it.
+void HandlerCalibration(int n, int reps) {
+  std::vector<double> core_us;
+  for (int r = 0; r < reps; ++r) {
+    core_us.push_back(
+        InProcessStepLatency(256, n, /*wire=*/false, /*packed=*/true).p50_us);
+  }
+  const double core = Median(core_us);
+  BusyPingServer server;
+  auto stub = v1::StateCache::NewStub(grpc::CreateChannel(
+      server.address(), grpc::InsecureChannelCredentials()));
+  {
+    PingTrip warm(*stub);
+    (void)Measure(warm, 200);
+  }
+  const std::vector<double> busy_us = {5, 10, 20, core};
+  // [busy][rep] -> {busy Ping, its do-nothing Ping}
+  std::vector<std::vector<std::pair<Latency, Latency>>> runs(busy_us.size());
+  for (int r = 0; r < reps; ++r) {
+    for (size_t i = 0; i < busy_us.size(); ++i) {
+      PingTrip busy(*stub, 256, PassForm::kPacked,
+                    static_cast<int64_t>(busy_us[i] * 1000));
+      PingTrip ping(*stub, 256, PassForm::kPacked);
+      runs[i].push_back(MeasurePaired(busy, ping, n));
+    }
+  }
+  std::printf(
+      "\nhandler calibration: Pings to a bare callback server (%s) whose "
+      "handler busy-waits, paired with its do-nothing Ping as above; the "
+      "last row waits as long as the 256-op packed pass's core takes "
+      "in-process (p50, median of %d runs); `- Ping` / busy: round-trip "
+      "microseconds per microsecond of handler time\n",
+      server.address().c_str(), reps);
+  std::printf("  %-22s %10s %10s %10s %12s %12s\n", "handler busy", "p50 us",
+              "Ping p50", "- Ping", "p50/Ping", "- Ping/busy");
+  for (size_t i = 0; i < busy_us.size(); ++i) {
+    std::vector<double> p50, ping50, extra, r50, per_us;
+    for (const auto& [l, ping] : runs[i]) {
+      p50.push_back(l.p50_us);
+      ping50.push_back(ping.p50_us);
+      extra.push_back(l.p50_us - ping.p50_us);
+      r50.push_back(l.p50_us / ping.p50_us);
+      per_us.push_back((l.p50_us - ping.p50_us) / busy_us[i]);
+    }
+    const std::string name =
+        i + 1 < busy_us.size()
+            ? absl::StrCat(busy_us[i], " us")
+            : absl::StrFormat("%.1f us (256-op core)", busy_us[i]);
+    std::printf("  %-22s %10.1f %10.1f %10.1f %11.2fx %11.2fx\n", name.c_str(),
+                Median(p50), Median(ping50), Median(extra), Median(r50),
+                Median(per_us));
+  }
+}
+
 }  // namespace
 }  // namespace statecache
 
 int main(int argc, char** argv) {
   using namespace statecache;
   absl::ParseCommandLine(argc, argv);
+  if (!absl::GetFlag(FLAGS_busy_server).empty()) {
+    return RunBusyPingServer(absl::GetFlag(FLAGS_busy_server),
+                             absl::GetFlag(FLAGS_busy_server_ready_fd));
+  }
   if (absl::GetFlag(FLAGS_wire_breakdown)) {
     for (int ops : {64, 256}) {
       for (bool packed : {false, true}) {
@@ -1060,6 +1214,7 @@ int main(int argc, char** argv) {
                   Median(r50), Median(r99));
     }
   }
+  if (absl::GetFlag(FLAGS_calibrate)) HandlerCalibration(n, reps);
   if (g_refused.load() > 0) {
     std::printf("WARNING: %lld operations refused (first: %s)\n",
                 static_cast<long long>(g_refused.load()),
