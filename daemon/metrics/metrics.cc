@@ -252,9 +252,11 @@ class Metrics::OperationLatencies final : public prometheus::Collectable {
       const int k = static_cast<int>(s.kind);
       if (k <= 0 || k >= kOps) continue;
       // The first bound >= the value (le semantics); past the last: +Inf.
-      const size_t b = static_cast<size_t>(
-          std::lower_bound(bounds.begin(), bounds.end(), s.seconds) -
-          bounds.begin());
+      // Scanned from the bottom rather than bisected: nearly every operation
+      // takes under the first bound (1 us), so this is one comparison, where
+      // a bisection's four mispredict.
+      size_t b = 0;
+      while (b < bounds.size() && s.seconds > bounds[b]) ++b;
       Kind& kind = kinds_[k];
       ++kind.counts[b];
       kind.sum += s.seconds;
