@@ -940,6 +940,26 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// One row of a table of MeasurePaired runs ({row, its Ping} per run): the
+// medians over the runs of the row's p50, its Ping's, their difference and
+// ratio, and of `last`, the table's own column.
+void PrintPairedRow(
+    const std::string& name,
+    const std::vector<std::pair<Latency, Latency>>& runs,
+    const std::function<double(const Latency&, const Latency&)>& last) {
+  std::vector<double> p50, ping50, extra, r50, col;
+  for (const auto& [l, ping] : runs) {
+    p50.push_back(l.p50_us);
+    ping50.push_back(ping.p50_us);
+    extra.push_back(l.p50_us - ping.p50_us);
+    r50.push_back(l.p50_us / ping.p50_us);
+    col.push_back(last(l, ping));
+  }
+  std::printf("  %-22s %10.1f %10.1f %10.1f %11.2fx %11.2fx\n", name.c_str(),
+              Median(p50), Median(ping50), Median(extra), Median(r50),
+              Median(col));
+}
+
 // What handler time costs in round trip on this machine: Pings to a
 // BusyPingServer whose handler busy-waits 5, 10, 20 us and as long as the
 // 256-op packed pass's core takes in-process (measured here first), each
@@ -982,21 +1002,13 @@ void HandlerCalibration(int n, int reps) {
   std::printf("  %-22s %10s %10s %10s %12s %12s\n", "handler busy", "p50 us",
               "Ping p50", "- Ping", "p50/Ping", "- Ping/busy");
   for (size_t i = 0; i < busy_us.size(); ++i) {
-    std::vector<double> p50, ping50, extra, r50, per_us;
-    for (const auto& [l, ping] : runs[i]) {
-      p50.push_back(l.p50_us);
-      ping50.push_back(ping.p50_us);
-      extra.push_back(l.p50_us - ping.p50_us);
-      r50.push_back(l.p50_us / ping.p50_us);
-      per_us.push_back((l.p50_us - ping.p50_us) / busy_us[i]);
-    }
     const std::string name =
         i + 1 < busy_us.size()
             ? absl::StrCat(busy_us[i], " us")
             : absl::StrFormat("%.1f us (256-op core)", busy_us[i]);
-    std::printf("  %-22s %10.1f %10.1f %10.1f %11.2fx %11.2fx\n", name.c_str(),
-                Median(p50), Median(ping50), Median(extra), Median(r50),
-                Median(per_us));
+    PrintPairedRow(name, runs[i], [&](const Latency& l, const Latency& ping) {
+      return (l.p50_us - ping.p50_us) / busy_us[i];
+    });
   }
 }
 
@@ -1208,17 +1220,10 @@ int main(int argc, char** argv) {
     std::printf("  %-22s %10s %10s %10s %12s %12s\n", "call", "p50 us",
                 "Ping p50", "- Ping", "p50/Ping", "p99/Ping");
     for (size_t i = 0; i < paired.size(); ++i) {
-      std::vector<double> p50, ping50, extra, r50, r99;
-      for (const auto& [l, ping] : pruns[i]) {
-        p50.push_back(l.p50_us);
-        ping50.push_back(ping.p50_us);
-        extra.push_back(l.p50_us - ping.p50_us);
-        r50.push_back(l.p50_us / ping.p50_us);
-        r99.push_back(l.p99_us / ping.p99_us);
-      }
-      std::printf("  %-22s %10.1f %10.1f %10.1f %11.2fx %11.2fx\n",
-                  paired[i]->name, Median(p50), Median(ping50), Median(extra),
-                  Median(r50), Median(r99));
+      PrintPairedRow(paired[i]->name, pruns[i],
+                     [](const Latency& l, const Latency& ping) {
+                       return l.p99_us / ping.p99_us;
+                     });
     }
   }
   if (absl::GetFlag(FLAGS_calibrate)) HandlerCalibration(n, reps);
