@@ -3,7 +3,7 @@
 #   make run    install what is missing, build, run statecached on its defaults
 #   make test   install what is missing, build, run every test: the main
 #               build's suite, the core and daemon core under ASan+UBSan, and
-#               the pool fuzzer
+#               the pool and Step fuzzers
 #
 # ARGS="--num_slots=4096 ..." passes flags to `make run`; FUZZ_SECONDS sets
 # the fuzzing time (default 60).
@@ -44,15 +44,20 @@ test-asan: deps
 	cd $(ASAN_BUILD) && ctest --output-on-failure -j $(JOBS) \
 	  -L 'unit|parity|service|device'
 
-# libFuzzer on the pool (clang): arbitrary call sequences, invariants checked
-# after every call, refusals must leave the pool unchanged.
+# libFuzzer (clang, ASan+UBSan, every library coverage-instrumented), each
+# target for FUZZ_SECONDS: pool_fuzz, arbitrary call sequences on the pool;
+# step_fuzz, arbitrary Steps (raw bytes, lists, bent packed columns) on the
+# daemon's core. Invariants are checked after every call, and a refusal must
+# leave everything as it was.
 test-fuzz: deps
 	@CXX=clang++ cmake -S . -B $(FUZZ_BUILD) $(CMAKE_FLAGS) -DSTATECACHE_FUZZ=ON \
-	  -DSTATECACHE_CORE_ONLY=ON -DSTATECACHE_SANITIZE=ON >/dev/null
-	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target pool_fuzz
-	@mkdir -p $(FUZZ_BUILD)/corpus
+	  -DSTATECACHE_CORE_ONLY=OFF -DSTATECACHE_SANITIZE=ON >/dev/null
+	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target pool_fuzz step_fuzz
+	@mkdir -p $(FUZZ_BUILD)/corpus $(FUZZ_BUILD)/step-corpus
 	$(FUZZ_BUILD)/bin/pool_fuzz -max_total_time=$(FUZZ_SECONDS) -max_len=512 \
 	  -print_final_stats=1 $(FUZZ_BUILD)/corpus tests/fuzz/seeds
+	$(FUZZ_BUILD)/bin/step_fuzz -max_total_time=$(FUZZ_SECONDS) -max_len=1024 \
+	  -print_final_stats=1 $(FUZZ_BUILD)/step-corpus
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

@@ -12,7 +12,11 @@ namespace {
 bool HasInvariantTsc() {
 #if defined(__x86_64__)
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  if (__get_cpuid_max(0x80000000, nullptr) < 0x80000007) return false;
+  // gcc's cpuid.h returns unsigned, clang's int.
+  if (static_cast<unsigned>(__get_cpuid_max(0x80000000, nullptr)) <
+      0x80000007) {
+    return false;
+  }
   __cpuid(0x80000007, eax, ebx, ecx, edx);
   return (edx >> 8) & 1;  // "invariant TSC"
 #else

@@ -8,16 +8,15 @@
 #include <vector>
 
 #include "daemon/core/slot_pool.h"
+#include "tests/fuzz/fuzz_input.h"
 
 namespace statecache {
 namespace {
 
-// Reads the fuzzer's bytes as small integers; zeros once exhausted.
-class Input {
+// The fuzzer's bytes as the pool's arguments.
+class Input : public FuzzInput {
  public:
-  Input(const uint8_t* data, size_t size) : data_(data), size_(size) {}
-  bool done() const { return pos_ >= size_; }
-  uint8_t Byte() { return pos_ < size_ ? data_[pos_++] : 0; }
+  using FuzzInput::FuzzInput;
   // A slot-like value: mostly in a small range around the pool, sometimes
   // negative or huge, so range checks are exercised.
   int64_t Slot() {
@@ -40,11 +39,6 @@ class Input {
     s.checkpoint_end_pos = (Byte() % 4) * 64;
     return s;
   }
-
- private:
-  const uint8_t* data_;
-  size_t size_;
-  size_t pos_ = 0;
 };
 
 void Check(bool ok, const char* what) {

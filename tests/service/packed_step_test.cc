@@ -21,6 +21,7 @@
 #include "daemon/service/state_cache.h"
 #include "gtest/gtest.h"
 #include "proto/packed_form.h"
+#include "tests/service/cache_with_memory.h"
 #include "tests/service/fake_clock.h"
 #include "tests/service/random_operations.h"
 

@@ -1,23 +1,22 @@
-// For the core's randomized tests: random Step operations of every kind,
-// with arguments mostly from small domains (so requests, hashes and slots
-// collide and interact) and sometimes out of range (so every refusal is
-// reached); and the small StateCache with real (host) state memory they run
-// against.
+// For the core's randomized tests and fuzzers: random Step operations of
+// every kind, with arguments mostly from small domains (so requests, hashes
+// and slots collide and interact) and sometimes out of range (so every
+// refusal is reached); and what a client or operator can see of the daemon,
+// to check that a refusal changed none of it. No test framework here (the
+// fuzzers use it too); cache_with_memory.h has the tests' StateCache.
 #ifndef STATECACHE_TESTS_SERVICE_RANDOM_OPERATIONS_H_
 #define STATECACHE_TESTS_SERVICE_RANDOM_OPERATIONS_H_
 
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <limits>
-#include <memory>
 #include <random>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
-#include "daemon/device/host_device.h"
 #include "daemon/service/state_cache.h"
-#include "gtest/gtest.h"
 #include "proto/statecache/v1/statecache.pb.h"
 
 namespace statecache {
@@ -25,13 +24,16 @@ namespace statecache {
 // The hash block size the randomized tests attach with.
 constexpr int64_t kBlock = 64;
 
-// Draws operations and their arguments. Deterministic for a seed.
+// Draws operations and their arguments: from a seeded generator
+// (deterministic for a seed), or from `next`, e.g. a fuzzer's bytes.
 class Draw {
  public:
-  explicit Draw(uint64_t seed) : rng_(seed) {}
+  explicit Draw(uint64_t seed)
+      : next_([rng = std::mt19937_64(seed)]() mutable { return rng(); }) {}
+  explicit Draw(std::function<uint64_t()> next) : next_(std::move(next)) {}
 
   bool Chance(int percent) { return Below(100) < percent; }
-  int64_t Below(int64_t n) { return static_cast<int64_t>(rng_() % n); }
+  int64_t Below(int64_t n) { return static_cast<int64_t>(next_() % n); }
   int64_t Pick(std::initializer_list<int64_t> values) {
     return *(values.begin() + Below(static_cast<int64_t>(values.size())));
   }
@@ -138,7 +140,7 @@ class Draw {
   }
 
  private:
-  std::mt19937_64 rng_;
+  std::function<uint64_t()> next_;
 };
 
 // What a client or operator can see of the daemon, less what a step renews
@@ -157,44 +159,12 @@ inline std::string Visible(StateCache& cache) {
   return out;
 }
 
-// A StateCache of `num_slots` slots (growable to `max_slots`) with host state
-// memory (so copy and snapshot run), fork transfer, a 10 s lease on `clock`
-// and at most `max_ops` operations per step. `prefix` names its shared
-// memory.
 // A model identity for a test's cache and its sessions.
 inline v1::Identity TestIdentity(const std::string& model_id) {
   v1::Identity id;
   id.set_model_id(model_id);
   id.set_hash_block_size(kBlock);
   return id;
-}
-
-inline std::unique_ptr<StateCache> NewCacheWithMemory(
-    const v1::Identity& identity, Clock* clock, const std::string& prefix,
-    int64_t num_slots, int64_t max_slots, int max_ops) {
-  HostDeviceOptions device_options;
-  device_options.layout = *StateLayout::Create(
-      prefix, {{"conv", {3, 8}, DType::kBF16}, {"ssm", {2, 4}, DType::kF32}},
-      2);
-  device_options.num_slots = num_slots;
-  device_options.max_slots = max_slots;
-  device_options.epoch = NewEpoch(absl::Now());
-  device_options.prefix = prefix;
-  absl::StatusOr<std::unique_ptr<HostDevice>> device =
-      HostDevice::Create(device_options);
-  EXPECT_TRUE(device.ok()) << device.status();
-  if (!device.ok()) return nullptr;
-  StateCacheOptions options;
-  options.identity = identity;
-  options.num_slots = num_slots;
-  options.max_slots = max_slots;
-  options.transfer = *StateTransfer::Create(TransferKind::kFork, 1, true);
-  options.lease_ttl = absl::Seconds(10);
-  options.max_operations_per_step = max_ops;
-  options.epoch = 9;
-  options.clock = clock;
-  options.device = std::move(*device);
-  return *StateCache::Create(std::move(options));
 }
 
 }  // namespace statecache

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/service/state_cache.h"
 #include "gtest/gtest.h"
+#include "tests/service/cache_with_memory.h"
 #include "tests/service/fake_clock.h"
 #include "tests/service/random_operations.h"
 
