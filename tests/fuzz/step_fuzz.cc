@@ -1,11 +1,12 @@
 // libFuzzer target: arbitrary Steps, from two sessions and strangers, on a
 // small StateCache (the daemon's core, slot decisions only), in the three
 // shapes a client can send: a message's raw bytes, operations as a list, and
-// the packed form, its columns sometimes cut short or bent. After every call
-// the daemon's invariants hold (the pool's own, and the sessions' pins and
-// slots agree with it); a step refused whole has changed nothing a client or
-// operator can see; and so has a one-operation step whose operation was
-// refused.
+// the packed form, its columns sometimes cut short or bent; between steps,
+// leases lapse, sessions detach or are evicted and the pool is resized.
+// After every call the daemon's invariants hold (the pool's own, and the
+// sessions' pins and slots agree with it); a step refused whole has changed
+// nothing a client or operator can see; and neither has a one-operation step
+// whose operation was refused, nor a resize refused on the spot.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -13,6 +14,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "daemon/service/state_cache.h"
 #include "google/protobuf/stubs/logging.h"
@@ -114,26 +116,55 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       // A message's raw bytes, as a client could send anything.
       if (!req.ParseFromString(std::string(in.Bytes(in.Byte())))) continue;
     } else if (action == 1) {
-      // A session's lease runs out, or it detaches; it comes back.
+      // Between steps: time passes (leases lapse, a resize waits or runs out
+      // of time), a session detaches or is evicted, an operator resizes.
       const int k = in.Byte() % 2;
-      if (in.Byte() % 2) {
-        clock.Advance(absl::Seconds(11));
-        v1::KeepAliveRequest ka;
-        ka.set_session_id(sessions[1 - k]);
-        v1::KeepAliveResponse ka_resp;
-        (void)cache.KeepAlive(ka, &ka_resp);  // expires it (and maybe both)
-      } else {
-        v1::DetachRequest detach;
-        detach.set_session_id(sessions[k]);
-        v1::DetachResponse detach_resp;
-        (void)cache.Detach(detach, &detach_resp);
+      switch (in.Byte() % 5) {
+        case 0:
+          clock.Advance(absl::Seconds(in.Byte() % 2 ? 11 : 3));
+          cache.Tick();
+          break;
+        case 1: {
+          v1::DetachRequest detach;
+          detach.set_session_id(sessions[k]);
+          v1::DetachResponse detached;
+          (void)cache.Detach(detach, &detached);
+          break;
+        }
+        case 2: {
+          v1::EvictSessionRequest evict;
+          evict.set_session_id(sessions[k]);
+          v1::EvictSessionResponse evicted;
+          (void)cache.EvictSession(evict, &evicted);
+          break;
+        }
+        default: {
+          v1::ResizeRequest resize;
+          resize.set_target_slots(draw.Pick({-1, 0, 1, 2, 4, 8, 16, 32, 33}));
+          resize.set_deadline_ms(draw.Pick({0, 0, 5000}));
+          // `done` may run later (from a Step, a Tick, or the cache's end).
+          auto refused = std::make_shared<bool>(false);
+          cache.Resize(resize, [refused](absl::Status status,
+                                         const v1::ResizeResponse&) {
+            *refused =
+                absl::IsInvalidArgument(status) || absl::IsAborted(status);
+          });
+          if (*refused) {
+            Check(Visible(cache) == before,
+                  "a refused resize changed the daemon",
+                  resize.ShortDebugString());
+          }
+          break;
+        }
       }
-      Check(cache.CheckInvariants().ok(), "invariants broken by a session end");
+      const absl::Status invariants = cache.CheckInvariants();
+      Check(invariants.ok(), "invariants broken between steps",
+            invariants.ToString());
       for (std::string& s : sessions) {
-        v1::KeepAliveRequest ka;
-        ka.set_session_id(s);
-        v1::KeepAliveResponse ka_resp;
-        if (!cache.KeepAlive(ka, &ka_resp).ok()) s = Attach(cache);
+        v1::KeepAliveRequest keepalive;
+        keepalive.set_session_id(s);
+        v1::KeepAliveResponse renewed;
+        if (!cache.KeepAlive(keepalive, &renewed).ok()) s = Attach(cache);
       }
       continue;
     } else {
