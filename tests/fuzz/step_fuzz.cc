@@ -34,6 +34,12 @@ void Check(bool ok, const char* what, const std::string& detail = "") {
   }
 }
 
+void CheckInvariants(const StateCache& cache, const std::string& after) {
+  const absl::Status invariants = cache.CheckInvariants();
+  Check(invariants.ok(), "invariants broken",
+        invariants.ToString() + "\nafter: " + after);
+}
+
 std::string Attach(StateCache& cache) {
   v1::AttachRequest req;
   *req.mutable_identity() = TestIdentity("fuzz/model");
@@ -157,9 +163,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           break;
         }
       }
-      const absl::Status invariants = cache.CheckInvariants();
-      Check(invariants.ok(), "invariants broken between steps",
-            invariants.ToString());
+      CheckInvariants(cache, "a session end, resize or tick");
       for (std::string& s : sessions) {
         v1::KeepAliveRequest keepalive;
         keepalive.set_session_id(s);
@@ -181,16 +185,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (in.Byte() % 4 == 0) Bend(in, req.mutable_packed());
       }
     }
+    // Mostly one of the two sessions; otherwise a stranger (raw bytes keep
+    // whatever session id they parsed to).
     const uint8_t who = in.Byte() % 8;
-    if (who < 7 || action != 0) {
-      req.set_session_id(who == 7 ? "no-such-session" : sessions[who % 2]);
+    if (who < 7) {
+      req.set_session_id(sessions[who % 2]);
+    } else if (action != 0) {
+      req.set_session_id("no-such-session");
     }
 
     v1::StepResponse resp;
     const absl::Status status = cache.Step(req, &resp);
-    const absl::Status invariants = cache.CheckInvariants();
-    Check(invariants.ok(), "invariants broken",
-          invariants.ToString() + "\n" + req.ShortDebugString());
+    CheckInvariants(cache, req.ShortDebugString());
     if (!status.ok()) {
       Check(Visible(cache) == before, "a step refused whole changed the daemon",
             req.ShortDebugString());
