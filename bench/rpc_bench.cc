@@ -43,17 +43,21 @@
 #include <fcntl.h>
 #include <google/protobuf/arena.h>
 #include <grpcpp/grpcpp.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -61,9 +65,13 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "client/statecache_client.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/service/state_cache.h"
@@ -97,6 +105,12 @@ ABSL_FLAG(int, busy_server_ready_fd, -1,
           "internal: with --busy_server, write \"ready\" to this fd");
 ABSL_FLAG(bool, in_process_only, false,
           "time only StateCache::Step in-process (for profiling the core)");
+ABSL_FLAG(std::string, client_cpus, "",
+          "run the benchmark's client on these CPUs (\"0\", \"0,2\", \"0-3\"); "
+          "empty: wherever the scheduler puts it");
+ABSL_FLAG(std::string, server_cpus, "",
+          "run statecached (and the calibration server) on these CPUs; "
+          "empty: as the client");
 
 namespace statecache {
 namespace {
@@ -106,6 +120,81 @@ namespace v1 = ::statecache::v1;
 
 constexpr int64_t kBlock = 64;
 constexpr int kSlots = 4096;
+
+// ------------------------------------------------------------------ platform
+
+// A CPU list as taskset takes it ("0", "0,2", "0-3"), or nullopt when it is
+// not one.
+std::optional<cpu_set_t> ParseCpuList(const std::string& list) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (absl::string_view part : absl::StrSplit(list, ',')) {
+    std::pair<std::string, std::string> range =
+        absl::StrSplit(part, absl::MaxSplits('-', 1));
+    int first = 0;
+    int last = 0;
+    if (!absl::SimpleAtoi(range.first, &first)) return std::nullopt;
+    if (range.second.empty()) {
+      last = first;
+    } else if (!absl::SimpleAtoi(range.second, &last)) {
+      return std::nullopt;
+    }
+    if (first < 0 || last < first || last >= CPU_SETSIZE) return std::nullopt;
+    for (int cpu = first; cpu <= last; ++cpu) CPU_SET(cpu, &set);
+  }
+  return set;
+}
+
+// Pins the calling thread (and the threads and processes it starts later)
+// to the CPUs of `flag_value`, if any; exits on a bad list or a refusal.
+void PinTo(const std::string& flag_value, const char* flag_name) {
+  if (flag_value.empty()) return;
+  std::optional<cpu_set_t> set = ParseCpuList(flag_value);
+  if (!set.has_value()) {
+    std::fprintf(stderr, "rpc_bench: --%s=%s is not a CPU list\n", flag_name,
+                 flag_value.c_str());
+    std::exit(2);
+  }
+  if (sched_setaffinity(0, sizeof(*set), &*set) != 0) {
+    std::fprintf(stderr, "rpc_bench: --%s=%s: sched_setaffinity: %s\n",
+                 flag_name, flag_value.c_str(), std::strerror(errno));
+    std::exit(2);
+  }
+}
+
+// The CPUs the calling thread may run on, as a list ("0,1").
+std::string AllowedCpus() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return "?";
+  std::vector<int> cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+  }
+  return absl::StrJoin(cpus, ",");
+}
+
+// What the ratios depend on besides the code, printed above the tables so
+// that a result file says where it was measured: the CPUs online, where the
+// client and servers run, and the guest's halt polling (0 on the
+// development VM: an idle vCPU halts at once, and waking it is the
+// multiplier the calibration table measures).
+void PrintPlatform() {
+  std::string halt_poll = "n/a";
+  if (FILE* f = std::fopen("/sys/module/haltpoll/parameters/guest_halt_poll_ns",
+                           "r")) {
+    char buf[32] = {};
+    if (std::fgets(buf, sizeof buf, f) != nullptr) {
+      halt_poll = std::string(absl::StripAsciiWhitespace(buf));
+    }
+    std::fclose(f);
+  }
+  const std::string servers = absl::GetFlag(FLAGS_server_cpus);
+  std::printf(
+      "platform: %ld CPUs online; client on CPUs %s, servers on %s; guest "
+      "halt polling %s ns\n",
+      sysconf(_SC_NPROCESSORS_ONLN), AllowedCpus().c_str(),
+      servers.empty() ? "the same" : servers.c_str(), halt_poll.c_str());
+}
 
 // ------------------------------------------------------------------ daemon
 
@@ -126,6 +215,7 @@ class ServerProcess {
     pid_ = fork();
     if (pid_ == 0) {
       close(fds[0]);
+      PinTo(absl::GetFlag(FLAGS_server_cpus), "server_cpus");
       exec(address_, fds[1]);
       _exit(127);
     }
@@ -1022,6 +1112,8 @@ int main(int argc, char** argv) {
     return RunBusyPingServer(absl::GetFlag(FLAGS_busy_server),
                              absl::GetFlag(FLAGS_busy_server_ready_fd));
   }
+  // Before any thread or server process starts: both inherit it.
+  PinTo(absl::GetFlag(FLAGS_client_cpus), "client_cpus");
   if (absl::GetFlag(FLAGS_wire_breakdown)) {
     for (int ops : {64, 256}) {
       for (bool packed : {false, true}) {
@@ -1047,6 +1139,7 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
+  PrintPlatform();
   Daemon daemon;
   auto channel =
       grpc::CreateChannel(daemon.address(), grpc::InsecureChannelCredentials());
