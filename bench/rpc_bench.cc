@@ -3,6 +3,8 @@
 //   rpc_bench [--statecached=PATH] [--iterations=N] [--reps=N]
 //   rpc_bench --wire_breakdown   (in-process: each stage of a pass, timed,
 //                                 list and packed)
+//   rpc_bench --client_cpus=0 --server_cpus=1   (pinned; the first line of
+//                                 the output says where each side ran)
 //
 // Starts its own statecached on a Unix socket in a temporary directory and
 // measures, on that socket in the same run:
