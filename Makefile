@@ -1,12 +1,18 @@
-# statecache: the README's two commands.
+# statecache: the README's two commands, and their steps.
 #
-#   make run    install what is missing, build, run statecached on its defaults
-#   make test   install what is missing, build, run every test: the main
-#               build's suite, the core and daemon core under ASan+UBSan, and
-#               the pool and Step fuzzers
+#   make run      install the daemon's packages, build the daemon and
+#                 statecachectl, run statecached on its defaults (./run.sh
+#                 does the same, passing its arguments through untouched)
+#   make test     install the test packages, build everything, run every
+#                 stage (tests/run_suite.py): the main build's suite, the
+#                 core and daemon core under ASan+UBSan, the pool and Step
+#                 fuzzers; then a summary of what passed, failed and did not
+#                 run
 #
-# ARGS="--num_slots=4096 ..." passes flags to `make run`; FUZZ_SECONDS sets
-# the fuzzing time (default 60).
+# The stages alone: make test-main, test-asan, test-fuzz (test-fuzz-pool,
+# test-fuzz-step). ARGS="--num_slots=
+# 4096 ..." passes flags to `make run`; FUZZ_SECONDS sets the fuzzing time
+# (default 60).
 
 BUILD ?= build
 ASAN_BUILD ?= build-asan
@@ -15,47 +21,79 @@ JOBS ?= $(shell nproc)
 FUZZ_SECONDS ?= 60
 CMAKE_FLAGS ?= -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
-.PHONY: all deps build run test test-main test-asan test-fuzz clean
+.PHONY: all deps deps-run daemon build run test test-main test-asan \
+  test-fuzz fuzz-build test-fuzz-pool test-fuzz-step clean
 all: build
 
+# The two package sets (.ci/install-deps says what each holds).
+deps-run:
+	@.ci/install-deps run
 deps:
-	@.ci/install-deps
+	@.ci/install-deps test
 
-build: deps
-	@cmake -S . -B $(BUILD) $(CMAKE_FLAGS) >/dev/null
-	@cmake --build $(BUILD) -j $(JOBS)
+# $(call configure,DIR,FLAGS[,ENV]): configure DIR (ENV, e.g. CXX=clang++,
+# set for cmake); the log goes to
+# DIR/configure.log (all of it on the terminal when configuring fails), and
+# the project's own notes (flavours built or skipped, tests not registered)
+# to the terminal.
+define configure
+	@mkdir -p $(1)
+	@$(3) cmake -S . -B $(1) $(CMAKE_FLAGS) $(2) >$(1)/configure.log 2>&1 || \
+	  { cat $(1)/configure.log >&2; exit 1; }
+	@sed -n 's/^-- \(statecache: .*\)/\1/p' $(1)/configure.log
+endef
 
-run: build
+# The daemon and statecachectl only, on the daemon's packages.
+daemon: deps-run
+	$(call configure,$(BUILD),)
+	@cmake --build $(BUILD) -j $(JOBS) --target statecached statecachectl
+
+run: daemon
 	$(BUILD)/bin/statecached $(ARGS)
 
-test: test-main test-asan test-fuzz
+build: deps
+	$(call configure,$(BUILD),-DSTATECACHE_TESTS=ON)
+	@cmake --build $(BUILD) -j $(JOBS)
 
+test: deps
+	@/usr/bin/python3 tests/run_suite.py --make "$(MAKE)" \
+	  --build $(BUILD) --asan-build $(ASAN_BUILD) --fuzz-build $(FUZZ_BUILD) \
+	  --fuzz-seconds $(FUZZ_SECONDS)
+
+# ctest writes junit.xml into the build directory for the summary.
 test-main: build
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) \
+	  --output-junit junit.xml
 
 # The pool core, the replay tool, the daemon core (StateCache) and the
 # device layer (host shared memory, copy engine) with AddressSanitizer and
 # UBSan, running their unit, parity, service and device tests.
 test-asan: deps
-	@cmake -S . -B $(ASAN_BUILD) $(CMAKE_FLAGS) -DSTATECACHE_SANITIZE=ON >/dev/null
+	$(call configure,$(ASAN_BUILD),-DSTATECACHE_TESTS=ON -DSTATECACHE_SANITIZE=ON)
 	@cmake --build $(ASAN_BUILD) -j $(JOBS) --target \
 	  statecache_unit_tests statecache-replay statecache_service_tests \
 	  statecache_device_tests statecache_region_probe
 	cd $(ASAN_BUILD) && ctest --output-on-failure -j $(JOBS) \
-	  -L 'unit|parity|service|device'
+	  -L 'unit|parity|service|device' --output-junit junit.xml
 
 # libFuzzer (clang, ASan+UBSan, every library coverage-instrumented), each
 # target for FUZZ_SECONDS: pool_fuzz, arbitrary call sequences on the pool;
 # step_fuzz, arbitrary Steps (raw bytes, lists, bent packed columns) on the
 # daemon's core. Invariants are checked after every call, and a refusal must
 # leave everything as it was.
-test-fuzz: deps
-	@CXX=clang++ cmake -S . -B $(FUZZ_BUILD) $(CMAKE_FLAGS) -DSTATECACHE_FUZZ=ON \
-	  -DSTATECACHE_CORE_ONLY=OFF -DSTATECACHE_SANITIZE=ON >/dev/null
+test-fuzz: test-fuzz-pool test-fuzz-step
+
+fuzz-build: deps
+	$(call configure,$(FUZZ_BUILD),-DSTATECACHE_TESTS=ON -DSTATECACHE_FUZZ=ON \
+	  -DSTATECACHE_CORE_ONLY=OFF -DSTATECACHE_SANITIZE=ON,CXX=clang++)
 	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target pool_fuzz step_fuzz
 	@mkdir -p $(FUZZ_BUILD)/corpus $(FUZZ_BUILD)/step-corpus
+
+test-fuzz-pool: fuzz-build
 	$(FUZZ_BUILD)/bin/pool_fuzz -max_total_time=$(FUZZ_SECONDS) -max_len=512 \
 	  -print_final_stats=1 $(FUZZ_BUILD)/corpus tests/fuzz/seeds
+
+test-fuzz-step: fuzz-build
 	$(FUZZ_BUILD)/bin/step_fuzz -max_total_time=$(FUZZ_SECONDS) -max_len=1024 \
 	  -print_final_stats=1 $(FUZZ_BUILD)/step-corpus
 

@@ -1,6 +1,10 @@
 #!/bin/sh
-# Installs what is missing (apt), builds, and runs statecached on its
-# defaults; arguments go to the daemon (e.g. ./run.sh --num_slots=4096).
+# Installs what the daemon needs (apt, quiet when nothing is missing), builds
+# statecached and statecachectl, and runs statecached on its defaults. Every
+# argument reaches the daemon exactly as given (./run.sh --num_slots=4096).
 set -eu
 cd "$(dirname "$0")"
-exec make run ARGS="$*"
+# install-deps is plain sh: it puts make itself on a machine without it.
+.ci/install-deps run
+make -s daemon
+exec build/bin/statecached "$@"

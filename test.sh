@@ -1,7 +1,10 @@
 #!/bin/sh
-# Installs what is missing (apt), builds, and runs every test: the main
-# suite, the core, daemon core and device layer under ASan+UBSan, and the
-# pool and Step fuzzers. .ci/run runs exactly this.
+# Installs what the tests need (apt, quiet when nothing is missing), builds,
+# and runs every stage: the main suite, the core, daemon core and device layer
+# under ASan+UBSan, and the pool and Step fuzzers; it ends with a summary of
+# each stage and of what did not run. .ci/run runs exactly this.
 set -eu
 cd "$(dirname "$0")"
-exec make test
+# install-deps is plain sh: it puts make (and Python) on a machine without.
+.ci/install-deps test
+exec make -s test

@@ -42,7 +42,8 @@ if(NOT STATECACHE_WITH_HIP STREQUAL "OFF")
     message(FATAL_ERROR "STATECACHE_WITH_HIP=ON but hipcc or libamdhip64 "
                         "is missing (apt-get install hipcc libamdhip64-dev)")
   else()
-    message(STATUS "statecache: HIP flavour skipped (no hipcc/libamdhip64)")
+    statecache_not_run("HIP flavour (kernels, backend, GPU tests)"
+                       "no hipcc/libamdhip64: apt-get install hipcc libamdhip64-dev")
   endif()
 else()
   message(STATUS "statecache: HIP flavour off (STATECACHE_WITH_HIP=OFF)")
@@ -69,7 +70,8 @@ if(NOT STATECACHE_WITH_CUDA STREQUAL "OFF")
     message(FATAL_ERROR "STATECACHE_WITH_CUDA=ON but nvcc or the CUDA "
                         "runtime is missing (set CMAKE_CUDA_COMPILER)")
   else()
-    message(STATUS "statecache: CUDA flavour skipped (no nvcc/cudart)")
+    statecache_not_run("CUDA flavour (kernels, backend, GPU tests)"
+                       "no nvcc/cudart (looked in /usr/local/cuda/bin)")
   endif()
 else()
   message(STATUS "statecache: CUDA flavour off (STATECACHE_WITH_CUDA=OFF)")
