@@ -148,6 +148,15 @@ def read_fuzz(stage, log_path):
             stage.note = "did not start (build failed?)"
 
 
+def name_group(tests):
+    """`prefix.*` when the tests share a dotted prefix, else their names."""
+    prefix = os.path.commonprefix(tests)
+    if len(tests) > 1 and "." in prefix:
+        return prefix[:prefix.rindex(".") + 1] + "*"
+    return ", ".join(tests[:3]) + (
+        f" and {len(tests) - 3} more" if len(tests) > 3 else "")
+
+
 def duration(seconds):
     minutes, seconds = divmod(int(round(seconds)), 60)
     return f"{minutes}m{seconds:02d}s" if minutes else f"{seconds}s"
@@ -191,10 +200,8 @@ def print_summary(stages, not_run_file):
         for test, reason in stage.skips:
             grouped.setdefault(reason, []).append(test)
         for reason, tests in grouped.items():
-            shown = ", ".join(tests[:3]) + (
-                f" and {len(tests) - 3} more" if len(tests) > 3 else "")
-            notes.append(f"{len(tests)} skipped in {stage.name} ({shown}):"
-                         f" {reason}")
+            notes.append(f"{name_group(tests)} ({len(tests)} in"
+                         f" {stage.name}): {reason}")
     if os.path.exists(not_run_file):
         with open(not_run_file, encoding="utf-8") as f:
             notes += ["not built: " + line.strip() for line in f
