@@ -46,7 +46,8 @@ if(NOT STATECACHE_WITH_HIP STREQUAL "OFF")
                        "no hipcc/libamdhip64: apt-get install hipcc libamdhip64-dev")
   endif()
 else()
-  message(STATUS "statecache: HIP flavour off (STATECACHE_WITH_HIP=OFF)")
+  statecache_not_run("HIP flavour (kernels, backend, GPU tests)"
+                     "STATECACHE_WITH_HIP=OFF")
 endif()
 
 # --- CUDA --------------------------------------------------------------
@@ -74,7 +75,8 @@ if(NOT STATECACHE_WITH_CUDA STREQUAL "OFF")
                        "no nvcc/cudart (looked in /usr/local/cuda/bin)")
   endif()
 else()
-  message(STATUS "statecache: CUDA flavour off (STATECACHE_WITH_CUDA=OFF)")
+  statecache_not_run("CUDA flavour (kernels, backend, GPU tests)"
+                     "STATECACHE_WITH_CUDA=OFF")
 endif()
 
 # --- The daemon's flavour ----------------------------------------------
