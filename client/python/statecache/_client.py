@@ -1,0 +1,684 @@
+"""Client (a channel to statecached), Session (an attached scheduler), its
+StepStream, and the operator calls (Admin)."""
+
+import os
+import queue
+import threading
+import time
+from dataclasses import dataclass, field, fields
+
+import grpc
+
+from . import _errors
+from ._errors import (EpochChanged, Error, LeaseLost, NotFound, Unavailable,
+                      error_for, from_rpc_error)
+from ._memory import StateMemory
+from ._step import (StepBuilder, decode_results, step_request,
+                    step_request_prefix)
+
+try:
+    from .v1 import statecache_pb2 as _pb
+    from .v1 import statecache_pb2_grpc as _pb_grpc
+except ImportError as _e:  # pragma: no cover - an unbuilt source tree
+    raise ImportError(
+        "statecache: the generated gRPC stubs (statecache.v1.statecache_pb2) "
+        "are missing; use the package built by CMake (PYTHONPATH="
+        "build/python) or install it with pip (see client/python/"
+        "pyproject.toml): %s" % _e) from _e
+
+__all__ = [
+    "default_address",
+    "Client",
+    "Session",
+    "StepStream",
+    "Admin",
+    "Identity",
+    "TransferConfig",
+    "Stats",
+    "SessionInfo",
+    "ResizeResult",
+    "DrainResult",
+]
+
+_NOT_FOUND = grpc.StatusCode.NOT_FOUND
+_UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
+# How long a step that failed UNAVAILABLE waits for the daemon to answer
+# GetStats, to tell a restart (new epoch) from a blip.
+_PROBE_SECONDS = 1.0
+
+
+def default_address():
+    """Where statecached listens unless told otherwise (as
+    client/default_address.h and the daemon's --listen default):
+    ``unix:/run/statecache/statecached.sock`` as root, else
+    ``unix:$XDG_RUNTIME_DIR/statecache/statecached.sock`` when
+    XDG_RUNTIME_DIR is an absolute path, else
+    ``unix:/tmp/statecache-$UID/statecached.sock``."""
+    uid = os.geteuid()
+    if uid == 0:
+        return "unix:/run/statecache/statecached.sock"
+    runtime_dir = os.environ.get("XDG_RUNTIME_DIR", "")
+    if runtime_dir.startswith("/"):
+        return "unix:%s/statecache/statecached.sock" % runtime_dir
+    return "unix:/tmp/statecache-%d/statecached.sock" % uid
+
+
+# ------------------------------------------------------------ plain values
+
+
+@dataclass(slots=True)
+class Identity:
+    """The model's identity; every field must equal the daemon's."""
+
+    model_id: str = ""
+    hash_block_size: int = 0
+    hash_namespace: str = ""
+    num_spec: int = 0
+    layout_fingerprint: str = ""
+
+
+@dataclass(slots=True)
+class TransferConfig:
+    """How the daemon carries state across a checkpoint: kind "fork",
+    "none" or "replay"; readable_midstep says whether reserve/publish
+    work."""
+
+    kind: str = ""
+    fork_tokens: int = 0
+    readable_midstep: bool = False
+
+
+@dataclass(slots=True)
+class Stats:
+    """GetStatsResponse, field for field (see statecache.proto)."""
+
+    epoch: int = 0
+    uptime_seconds: float = 0.0
+    checkpoints_kept: int = 0
+    checkpoints_dropped: int = 0
+    checkpoints_evicted: int = 0
+    checkpoints_orphaned: int = 0
+    slots_total: int = 0
+    slots_used: int = 0
+    slots_held: int = 0
+    slots_vacant: int = 0
+    sessions: int = 0
+    requests: int = 0
+    transfer: TransferConfig = field(default_factory=TransferConfig)
+    identity: Identity = field(default_factory=Identity)
+    indexed_hashes: int = 0
+    resumes_fork: int = 0
+    resumes_adopt: int = 0
+    resumes_miss: int = 0
+    lease_expiries: int = 0
+    sessions_evicted: int = 0
+    state_bytes: int = 0
+    backend: str = ""
+    max_slots: int = 0
+    layout_name: str = ""
+    bytes_per_slot: int = 0
+    resume_blocks_wanted: int = 0
+    resume_blocks_resumed: int = 0
+    draining: bool = False
+
+
+@dataclass(slots=True)
+class SessionInfo:
+    """One attached session as ListSessions reports it."""
+
+    session_id: str = ""
+    client_name: str = ""
+    requests: int = 0
+    slots: int = 0
+    pins: int = 0
+    attached_seconds: float = 0.0
+    idle_seconds: float = 0.0
+    lease_remaining_ms: int = 0
+
+
+@dataclass(slots=True)
+class ResizeResult:
+    num_slots: int = 0
+    relocated: int = 0
+    evicted: int = 0
+
+
+@dataclass(slots=True)
+class DrainResult:
+    draining: bool = False
+    # Requests still admitted when the call returned.
+    requests: int = 0
+
+
+def _plain(cls, message):
+    """A dataclass of plain values from the message of the same fields."""
+    values = {}
+    for f in fields(cls):
+        value = getattr(message, f.name)
+        if f.name == "transfer":
+            value = _plain(TransferConfig, value)
+        elif f.name == "identity":
+            value = _plain(Identity, value)
+        values[f.name] = value
+    return cls(**values)
+
+
+# ------------------------------------------------------------ Client
+
+
+class Client:
+    """A connection to one statecached. Thread-safe.
+
+    Use :meth:`connect`; close with :meth:`close` or a ``with`` block
+    (closing does not detach sessions: a Session's own ``with`` block or
+    ``detach()`` does).
+
+    Attributes:
+        address: the gRPC address connected to.
+        timeout: each call's deadline in seconds.
+        admin: the operator calls (:class:`Admin`).
+    """
+
+    def __init__(self, channel, address, timeout):
+        self._channel = channel
+        self.address = address
+        self.timeout = timeout
+        self._stub = _pb_grpc.StateCacheStub(channel)
+        self._admin_stub = _pb_grpc.StateCacheAdminStub(channel)
+        # Steps go out as the bytes the builder wrote (no serializer).
+        service = "/" + _pb.DESCRIPTOR.services_by_name["StateCache"].full_name
+        self._step_bytes = channel.unary_unary(
+            service + "/Step", request_serializer=None,
+            response_deserializer=_pb.StepResponse.FromString)
+        self._step_stream_bytes = channel.stream_stream(
+            service + "/StepStream", request_serializer=None,
+            response_deserializer=_pb.StepResponse.FromString)
+        self.admin = Admin(self)
+
+    @classmethod
+    def connect(cls, address=None, timeout=5.0, *,
+                max_message_bytes=16 << 20):
+        """Opens a channel to `address` (gRPC syntax, ``unix:/path`` or
+        ``host:port``; default :func:`default_address`) and waits up to
+        `timeout` seconds for the daemon to accept it. `timeout` is also
+        every later call's deadline. `max_message_bytes` should match the
+        daemon's --max_message_bytes.
+
+        The channel reconnects by itself after the daemon restarts (backoff
+        0.1 s growing to 2 s: the daemon is local).
+
+        Raises:
+            Unavailable: nothing accepted the connection in time (the
+                message names the address).
+        """
+        if address is None:
+            address = default_address()
+        options = [
+            ("grpc.max_send_message_length", max_message_bytes),
+            ("grpc.max_receive_message_length", max_message_bytes),
+            ("grpc.initial_reconnect_backoff_ms", 100),
+            ("grpc.min_reconnect_backoff_ms", 100),
+            ("grpc.max_reconnect_backoff_ms", 2000),
+            # No transparent retries: a step must never run twice, and
+            # without them gRPC does not keep a copy of every request.
+            ("grpc.enable_retries", 0),
+        ]
+        channel = grpc.insecure_channel(address, options=options)
+        try:
+            grpc.channel_ready_future(channel).result(timeout=timeout)
+        except grpc.FutureTimeoutError:
+            channel.close()
+            raise Unavailable(
+                "no statecached accepted a connection at %s within %g s "
+                "(is it running? its --listen address?)"
+                % (address, timeout)) from None
+        return cls(channel, address, timeout)
+
+    def close(self):
+        """Closes the channel. Sessions still attached stay attached on the
+        daemon until their leases lapse."""
+        self._channel.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return "<statecache.Client %s>" % self.address
+
+    def _call(self, method, request, what, timeout=None):
+        try:
+            return method(request, timeout=self.timeout if timeout is None
+                          else timeout)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e, what) from None
+
+    def ping(self):
+        """A round trip that does nothing (the latency baseline)."""
+        self._call(self._stub.Ping, _pb.PingRequest(), "Ping")
+
+    def attach(self, model_id, hash_block_size, hash_namespace="", num_spec=0,
+               layout_fingerprint="", client_name="", *, keepalive=True):
+        """Opens a session with the model's identity (every field must equal
+        the daemon's) and, with `keepalive`, starts renewing its lease in a
+        background thread. `client_name` (<= 256 bytes) is shown to
+        operators.
+
+        Returns a :class:`Session`; use it as a context manager to detach
+        at the end.
+
+        Raises:
+            FailedPrecondition: the identity differs (the message names the
+                field).
+            InvalidArgument: client_name over 256 bytes.
+            Unavailable: the daemon drains (attach elsewhere), or cannot be
+                reached.
+        """
+        identity = Identity(model_id, hash_block_size, hash_namespace,
+                            num_spec, layout_fingerprint)
+        response = self._call(self._stub.Attach, _pb.AttachRequest(
+            identity=_pb.Identity(
+                model_id=model_id, hash_block_size=hash_block_size,
+                hash_namespace=hash_namespace, num_spec=num_spec,
+                layout_fingerprint=layout_fingerprint),
+            client_name=client_name), "Attach")
+        return Session(self, response, identity, client_name, keepalive)
+
+    def _probe_epoch(self, wait):
+        """The daemon's epoch now (GetStats), or None if it does not answer
+        (`wait`: up to _PROBE_SECONDS for the channel to reconnect)."""
+        try:
+            timeout = min(self.timeout, _PROBE_SECONDS)
+            return self._admin_stub.GetStats(
+                _pb.GetStatsRequest(), timeout=timeout,
+                wait_for_ready=wait).epoch
+        except grpc.RpcError:
+            return None
+
+
+# ------------------------------------------------------------ Session
+
+
+class Session:
+    """One attached scheduler session (from :meth:`Client.attach`).
+
+    A context manager: leaving the ``with`` block detaches (releasing every
+    request the session holds) and stops the lease renewal.
+
+    Attributes:
+        session_id: the daemon's token for the session.
+        epoch: the daemon's epoch at attach (changes on every daemon start).
+        lease_ttl: the lease in seconds (float); a background thread renews
+            it every lease_ttl / 3 unless a step renewed it since.
+        num_slots: the pool's size at attach.
+        transfer: the daemon's :class:`TransferConfig`.
+        max_operations_per_step: operations one step may carry.
+        memory: the state memory (:class:`StateMemory`), or None when the
+            daemon keeps none (no --model or --layout).
+        identity: the :class:`Identity` attached with.
+        client_name: as given to attach.
+
+    Losing the session. Every call that names the session (a step, unary or
+    streamed, and keep_alive) raises :class:`LeaseLost`, or its subclass
+    :class:`EpochChanged`, once the daemon no longer knows it; nothing was
+    applied, the daemon released its requests, and the scheduler must
+    attach again and re-admit. It is found out in these ways:
+
+    * a call's answer carries another epoch than the session's (every
+      StepResponse and KeepAliveResponse carries the daemon's epoch):
+      EpochChanged;
+    * a call is refused NOT_FOUND (unknown session). A unary Step's refusal
+      carries no epoch, so the client asks GetStats for it: another epoch is
+      EpochChanged; the same, or no answer, LeaseLost (expired or evicted);
+    * a call fails UNAVAILABLE: the client waits up to 1 s for GetStats; a
+      new epoch is EpochChanged, otherwise the call raises Unavailable and
+      the session may still be alive (retry);
+    * the renewal thread is refused NOT_FOUND, sees a new epoch, or has not
+      renewed for a whole lease_ttl (then GetStats decides between the
+      two): the next call raises.
+
+    Once lost, the session stays lost (every later call raises again, and
+    ``lost`` says why). A step on a session this client detached is sent as
+    any other and refused by the daemon with a plain NotFound.
+
+    Thread-safe: several threads may send steps (each builder on one
+    thread).
+    """
+
+    def __init__(self, client, response, identity, client_name, keepalive):
+        self._client = client
+        self._stub = client._stub
+        self.session_id = response.session_id
+        self.epoch = response.epoch
+        self.lease_ttl = response.lease_ttl_ms / 1000.0
+        self.num_slots = response.num_slots
+        self.transfer = _plain(TransferConfig, response.transfer)
+        self.max_operations_per_step = response.max_operations_per_step
+        self.memory = (StateMemory._from_proto(response.memory)
+                       if response.HasField("memory") else None)
+        self.identity = identity
+        self.client_name = client_name
+        self._request_prefix = step_request_prefix(self.session_id)
+        self._detached = False
+        self._lost = None  # a function making the exception to raise
+        self._lost_event = threading.Event()
+        self._stop = threading.Event()
+        self._last_renewed = time.monotonic()
+        self._thread = None
+        if keepalive and self.lease_ttl > 0:
+            self._thread = threading.Thread(
+                target=self._renew_loop, daemon=True,
+                name="statecache-lease-%s" % self.session_id[:8])
+            self._thread.start()
+
+    def __repr__(self):
+        state = ("detached" if self._detached else
+                 "lost" if self._lost else "attached")
+        return "<statecache.Session %s epoch=%d %s>" % (
+            self.session_id, self.epoch, state)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # ---- the pass
+
+    def step(self):
+        """A new :class:`StepBuilder` whose ``send()`` runs it as one unary
+        Step (always in the packed form)."""
+        return StepBuilder(self._send_unary)
+
+    def stream(self):
+        """A :class:`StepStream` over one long-lived StepStream call: the
+        lowest-latency path. Use it as a context manager."""
+        return StepStream(self)
+
+    def _send_unary(self, packed, kinds):
+        if self._lost is not None:
+            raise self._lost()
+        request = step_request(self._request_prefix, packed)
+        try:
+            response = self._client._step_bytes(
+                request, timeout=self._client.timeout)
+        except grpc.RpcError as e:
+            raise self._refusal(e, "Step") from None
+        if response.epoch != self.epoch:
+            raise self._lose(response.epoch, "Step answered")
+        self._last_renewed = time.monotonic()
+        return decode_results(kinds, response.packed_results)
+
+    # ---- the lease
+
+    @property
+    def lost(self):
+        """None while the session is usable; else the exception (LeaseLost
+        or EpochChanged) its calls raise."""
+        return None if self._lost is None else self._lost()
+
+    def keep_alive(self):
+        """Renews the lease now (the background thread does this on its
+        own). Raises LeaseLost / EpochChanged when the session is gone."""
+        if self._lost is not None:
+            raise self._lost()
+        try:
+            response = self._stub.KeepAlive(
+                _pb.KeepAliveRequest(session_id=self.session_id),
+                timeout=self._client.timeout)
+        except grpc.RpcError as e:
+            raise self._refusal(e, "KeepAlive") from None
+        if response.epoch != self.epoch:
+            raise self._lose(response.epoch, "KeepAlive answered")
+        self._last_renewed = time.monotonic()
+
+    def detach(self):
+        """Closes the session, releasing every request it holds, and stops
+        the renewal. Returns the number of requests released.
+        Raises NotFound when the daemon no longer knows the session."""
+        self._detached = True
+        self._stop.set()
+        try:
+            response = self._stub.Detach(
+                _pb.DetachRequest(session_id=self.session_id),
+                timeout=self._client.timeout)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e, "Detach") from None
+        return response.requests_released
+
+    def close(self):
+        """Detaches unless already detached or lost; a session the daemon
+        no longer knows, or cannot be reached to hear it, is simply
+        forgotten (its lease lapses)."""
+        if self._detached:
+            return
+        if self._lost is not None:
+            self._detached = True
+            self._stop.set()
+            return
+        try:
+            self.detach()
+        except (NotFound, Unavailable, _errors.DeadlineExceeded):
+            pass
+
+    def _renew_loop(self):
+        interval = self.lease_ttl / 3
+        while not self._stop.wait(interval):
+            if self._lost is not None or self._detached:
+                return
+            since = time.monotonic() - self._last_renewed
+            if since < interval * 0.9:
+                continue  # a step renewed it meanwhile
+            try:
+                self.keep_alive()
+            except LeaseLost:
+                return
+            except Error:
+                if (not self._detached and
+                        time.monotonic() - self._last_renewed
+                        >= self.lease_ttl):
+                    self._lose(self._client._probe_epoch(wait=False),
+                               "no renewal succeeded for a whole lease "
+                               "(%g s)" % self.lease_ttl)
+                    return
+
+    def _lose(self, epoch, what):
+        """Marks the session lost (epoch: the daemon's now, or None if
+        unknown) and returns the exception to raise."""
+        old = self.epoch
+        if epoch is not None and epoch != old:
+            message = ("statecached restarted: epoch %d -> %d (%s); attach "
+                       "again and re-admit" % (old, epoch, what))
+
+            def make():
+                return EpochChanged(message, old, epoch)
+        else:
+            message = ("session %s is gone: its lease lapsed or it was "
+                       "evicted (%s); attach again and re-admit"
+                       % (self.session_id, what))
+
+            def make():
+                return LeaseLost(message)
+        if self._lost is None:
+            self._lost = make
+            self._lost_event.set()
+            self._stop.set()
+        return self._lost()
+
+    def _refusal(self, rpc_error, what):
+        """The exception for a call naming the session that failed."""
+        error = from_rpc_error(rpc_error, what)
+        return self._classify(error, what)
+
+    def _classify(self, error, what, epoch=None):
+        """Turns a session call's `error` into LeaseLost/EpochChanged when
+        the session is gone (`epoch`: the daemon's, if the answer said)."""
+        if self._detached:
+            return error
+        if error.code == _NOT_FOUND:
+            if epoch is None:
+                epoch = self._client._probe_epoch(wait=False)
+            return self._lose(epoch, "%s: NOT_FOUND: %s" % (
+                what, error.message))
+        if error.code == _UNAVAILABLE:
+            if epoch is None:
+                epoch = self._client._probe_epoch(wait=True)
+            if epoch is not None and epoch != self.epoch:
+                return self._lose(epoch, "%s: UNAVAILABLE: %s" % (
+                    what, error.message))
+        return error
+
+
+# ------------------------------------------------------------ StepStream
+
+
+class StepStream:
+    """Steps over one StepStream call: one message in flight at a time, the
+    lowest-latency path. From :meth:`Session.step`'s sibling
+    :meth:`Session.stream`; use it as a context manager (closing
+    half-closes the stream).
+
+    ``stream.step()`` gives the same :class:`StepBuilder` as
+    ``session.step()``, and ``send()`` the same results and exceptions: a
+    message the daemon refuses as a whole (StepResponse.error_code) raises
+    the matching Error (NOT_FOUND: LeaseLost / EpochChanged by the
+    response's epoch). The call is opened on the first send and reopened
+    after it broke (e.g. the daemon restarted). Thread-safe: concurrent
+    sends are serialized. A streamed step has no deadline of its own.
+    """
+
+    def __init__(self, session):
+        self._session = session
+        self._lock = threading.Lock()
+        self._requests = None  # the queue the request iterator reads
+        self._call = None
+        self._closed = False
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def step(self):
+        """A new :class:`StepBuilder` whose ``send()`` goes over this
+        stream."""
+        return StepBuilder(self._send)
+
+    def _open(self):
+        requests = queue.SimpleQueue()
+
+        def iterate():
+            while True:
+                request = requests.get()
+                if request is None:
+                    return
+                yield request
+
+        self._requests = requests
+        self._call = self._session._client._step_stream_bytes(iterate())
+
+    def _end(self):
+        """Half-closes the call and waits (up to the client's timeout) for
+        its end."""
+        call, self._call = self._call, None
+        if call is None:
+            return
+        self._requests.put(None)
+        done = threading.Event()
+        call.add_done_callback(lambda _: done.set())
+        if not done.wait(self._session._client.timeout):
+            call.cancel()
+
+    def _send(self, packed, kinds):
+        session = self._session
+        with self._lock:
+            if self._closed:
+                raise ValueError("send on a closed StepStream")
+            if session._lost is not None:
+                raise session._lost()
+            if self._call is not None and self._call.done():
+                self._end()  # broke between steps: nothing was in flight
+            if self._call is None:
+                self._open()
+            self._requests.put(step_request(session._request_prefix, packed))
+            try:
+                response = next(self._call)
+            except grpc.RpcError as e:
+                self._end()
+                raise session._refusal(e, "StepStream") from None
+            except StopIteration:
+                self._end()
+                raise session._classify(Unavailable(
+                    "the daemon ended the stream"), "StepStream") from None
+        if response.error_code:
+            error = error_for(response.error_code, response.error_message)
+            raise session._classify(error, "StepStream", response.epoch)
+        if response.epoch != session.epoch:
+            raise session._lose(response.epoch, "StepStream answered")
+        session._last_renewed = time.monotonic()
+        return decode_results(kinds, response.packed_results)
+
+    def close(self):
+        """Half-closes the stream; the session stays attached."""
+        with self._lock:
+            self._closed = True
+            self._end()
+
+
+# ------------------------------------------------------------ Admin
+
+
+class Admin:
+    """The operator calls (``client.admin``): stats, sessions, resize,
+    evict, drain. Errors as in statecache.proto's StateCacheAdmin."""
+
+    def __init__(self, client):
+        self._client = client
+
+    def _call(self, name, request, timeout=None):
+        return self._client._call(getattr(self._client._admin_stub, name),
+                                  request, name, timeout)
+
+    def stats(self):
+        """GetStats as a :class:`Stats`."""
+        return _plain(Stats, self._call("GetStats", _pb.GetStatsRequest()))
+
+    def sessions(self):
+        """Every attached session, a list of :class:`SessionInfo`."""
+        response = self._call("ListSessions", _pb.ListSessionsRequest())
+        return [_plain(SessionInfo, s) for s in response.sessions]
+
+    def resize(self, n, deadline=None):
+        """Grows or shrinks the pool to `n` slots; returns a
+        :class:`ResizeResult` when done. A shrink retries pinned or stuck
+        top slots as passes run until `deadline` seconds (None: the
+        daemon's default, 10 s).
+
+        Raises InvalidArgument (n < 1 or past --max_slots), Aborted
+        (another resize runs), DeadlineExceeded (the slots given up so far
+        stay given up; the message says how far it got).
+        """
+        deadline_ms = 0 if deadline is None else max(1, int(deadline * 1000))
+        wait = (10.0 if deadline is None else deadline) + self._client.timeout
+        response = self._call("Resize", _pb.ResizeRequest(
+            target_slots=n, deadline_ms=deadline_ms), timeout=wait)
+        return _plain(ResizeResult, response)
+
+    def evict(self, session_id):
+        """Ends a session as if its lease had lapsed; returns the requests
+        released. Raises NotFound for an unknown session."""
+        response = self._call("EvictSession",
+                              _pb.EvictSessionRequest(session_id=session_id))
+        return response.requests_released
+
+    def drain(self, resume=False):
+        """Stops admitting (Attach and admit refused UNAVAILABLE; admitted
+        requests run on), or with `resume` admits again. Returns a
+        :class:`DrainResult`; poll stats().requests for 0 to know the daemon
+        is idle."""
+        return _plain(DrainResult,
+                      self._call("Drain", _pb.DrainRequest(resume=resume)))
+

@@ -1,0 +1,185 @@
+"""A real statecached for tests: :class:`Daemon`.
+
+    from statecache.testing import Daemon
+
+    with Daemon(["--num_slots=64", "--model_id=m"]) as daemon:
+        with statecache.Client.connect(daemon.address) as client:
+            ...
+        daemon.restart()          # a new epoch on the same socket
+
+The daemon listens on a Unix socket in a fresh temporary directory;
+``Daemon`` returns once it wrote "ready" to its --ready_fd (no sleeping and
+no polling), and stops it with SIGTERM. The binary is `binary`, else
+$STATECACHED, else ``statecached`` on PATH. The metrics endpoint is off
+unless the flags set --metrics_address (its default port is shared by every
+daemon on the machine).
+
+The pytest fixtures in client/python/tests/conftest.py are built on it.
+"""
+
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+
+__all__ = ["Daemon", "statecached_binary"]
+
+
+def statecached_binary(binary=None):
+    """The statecached to run: `binary`, else $STATECACHED, else PATH's."""
+    found = binary or os.environ.get("STATECACHED") or shutil.which(
+        "statecached")
+    if not found:
+        raise FileNotFoundError(
+            "no statecached: pass binary=, set STATECACHED, or put it on PATH")
+    return found
+
+
+class Daemon:
+    """statecached on ``unix:<directory>/statecached.sock``.
+
+    Args:
+        flags: extra daemon flags (e.g. ``["--num_slots=64"]``).
+        binary: the statecached binary (see :func:`statecached_binary`).
+        layout: a layout (a dict in the layout file format, see
+            daemon/device/layout_file.h) to write to the directory and pass
+            as --layout: the daemon then keeps host state memory.
+        directory: where the socket and log go (default: a fresh temporary
+            directory, removed by :meth:`close`).
+        ready_timeout: seconds to wait for "ready" before giving up.
+
+    Attributes:
+        address: the gRPC address (``unix:...``).
+        socket: the socket's path.
+        directory: the directory.
+        process: the running subprocess.Popen (None when stopped).
+    """
+
+    def __init__(self, flags=(), binary=None, layout=None, directory=None,
+                 ready_timeout=30.0):
+        self.binary = statecached_binary(binary)
+        self._own_directory = directory is None
+        self.directory = directory or tempfile.mkdtemp(
+            prefix="statecache-test-")
+        self.socket = os.path.join(self.directory, "statecached.sock")
+        self.address = "unix:" + self.socket
+        self.log_path = os.path.join(self.directory, "statecached.log")
+        self.flags = list(flags)
+        if layout is not None:
+            path = os.path.join(self.directory, "layout.json")
+            with open(path, "w") as f:
+                json.dump(layout, f)
+            self.flags.append("--layout=" + path)
+        if not any(f.startswith("--metrics_address") for f in self.flags):
+            self.flags.append("--metrics_address=")
+        self.ready_timeout = ready_timeout
+        self.process = None
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return "<statecache.testing.Daemon %s %s>" % (
+            self.address, "running" if self.running else "stopped")
+
+    @property
+    def running(self):
+        return self.process is not None and self.process.poll() is None
+
+    def start(self):
+        """Starts the daemon and returns once it is serving.
+        Raises RuntimeError (with the log) if it exits or stays silent."""
+        if self.running:
+            raise RuntimeError("statecached is already running")
+        read_end, write_end = os.pipe()
+        try:
+            with open(self.log_path, "ab") as log:
+                self.process = subprocess.Popen(
+                    [self.binary, "--listen=" + self.address,
+                     "--ready_fd=%d" % write_end] + self.flags,
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                    pass_fds=(write_end,))
+            os.close(write_end)
+            write_end = -1
+            got = b""
+            deadline = time.monotonic() + self.ready_timeout
+            while not got.endswith(b"\n"):
+                left = deadline - time.monotonic()
+                readable, _, _ = select.select([read_end], [], [],
+                                               max(left, 0))
+                if not readable:
+                    self.stop()
+                    raise RuntimeError(
+                        "statecached not ready within %g s\n%s"
+                        % (self.ready_timeout, self.log()))
+                chunk = os.read(read_end, 64)
+                if not chunk:
+                    code = self.process.wait()
+                    self.process = None
+                    raise RuntimeError(
+                        "statecached exited (code %s) before it was ready\n%s"
+                        % (code, self.log()))
+                got += chunk
+            if got != b"ready\n":
+                raise RuntimeError("statecached's ready_fd said %r" % got)
+        finally:
+            os.close(read_end)
+            if write_end >= 0:
+                os.close(write_end)
+
+    def stop(self, timeout=10.0):
+        """SIGTERM, then waits; returns the exit code (SIGKILL after
+        `timeout`: then a negative code). None if it was not running."""
+        process, self.process = self.process, None
+        if process is None:
+            return None
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+        try:
+            return process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            return process.wait()
+
+    def kill(self):
+        """SIGKILL (a crash); returns the exit code."""
+        process, self.process = self.process, None
+        if process is None:
+            return None
+        process.kill()
+        return process.wait()
+
+    def restart(self, flags=None):
+        """Stops the daemon and starts a new one on the same socket (a new
+        epoch), with `flags` if given. Returns the old one's exit code."""
+        code = self.stop()
+        if flags is not None:
+            self.flags = list(flags)
+        self.start()
+        return code
+
+    def log(self):
+        """Everything the daemon wrote (every start) so far."""
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return f.read()
+        except FileNotFoundError:
+            return ""
+
+    def close(self):
+        """Stops the daemon and removes the directory it created."""
+        self.stop()
+        if self._own_directory:
+            shutil.rmtree(self.directory, ignore_errors=True)
