@@ -5,6 +5,7 @@ import os
 import queue
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field, fields
 
 import grpc
@@ -194,6 +195,7 @@ class Client:
             service + "/StepStream", request_serializer=None,
             response_deserializer=_pb.StepResponse.FromString)
         self.admin = Admin(self)
+        self._sessions = weakref.WeakSet()  # whose renewal close() stops
 
     @classmethod
     def connect(cls, address=None, timeout=5.0, *,
@@ -235,8 +237,11 @@ class Client:
         return cls(channel, address, timeout)
 
     def close(self):
-        """Closes the channel. Sessions still attached stay attached on the
-        daemon until their leases lapse."""
+        """Closes the channel and stops the sessions' lease renewal.
+        Sessions still attached stay attached on the daemon until their
+        leases lapse; calls on a closed client raise ValueError."""
+        for session in list(self._sessions):
+            session._stop.set()
         self._channel.close()
 
     def __enter__(self):
@@ -284,7 +289,9 @@ class Client:
                 hash_namespace=hash_namespace, num_spec=num_spec,
                 layout_fingerprint=layout_fingerprint),
             client_name=client_name), "Attach")
-        return Session(self, response, identity, client_name, keepalive)
+        session = Session(self, response, identity, client_name, keepalive)
+        self._sessions.add(session)
+        return session
 
     def _probe_epoch(self, wait):
         """The daemon's epoch now (GetStats), or None if it does not answer
@@ -460,8 +467,8 @@ class Session:
             return
         try:
             self.detach()
-        except (NotFound, Unavailable, _errors.DeadlineExceeded):
-            pass
+        except (NotFound, Unavailable, _errors.DeadlineExceeded, ValueError):
+            pass  # gone, unreachable, or the client was closed
 
     def _renew_loop(self):
         interval = self.lease_ttl / 3
@@ -473,8 +480,8 @@ class Session:
                 continue  # a step renewed it meanwhile
             try:
                 self.keep_alive()
-            except LeaseLost:
-                return
+            except (LeaseLost, ValueError):
+                return  # lost, or the client was closed
             except Error:
                 if (not self._detached and
                         time.monotonic() - self._last_renewed

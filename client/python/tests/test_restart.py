@@ -105,3 +105,16 @@ def test_renewal_keeps_a_short_lease_alive(start_daemon):
             assert not session._lost_event.wait(1.0)
             assert session.step().begin_pass().send()[0].ok
         assert client.admin.stats().lease_expiries == 0
+
+
+def test_closing_the_client_stops_the_renewal(start_daemon):
+    daemon = start_daemon("--lease_ttl=300ms")
+    client = statecache.Client.connect(daemon.address)
+    session = attach(client)
+    client.close()
+    session._thread.join(5)
+    assert not session._thread.is_alive()
+    assert session.lost is None  # stopped, not lost
+    with pytest.raises(ValueError):  # a call on a closed client
+        session.step().begin_pass().send()
+    session.close()  # forgotten quietly
