@@ -1,6 +1,8 @@
 // Daemon restarts: a client notices a restart it did not see (its session is
 // gone, the epoch changed) and re-attaches; a second daemon refuses to steal
 // a socket a live daemon serves.
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/support/byte_buffer.h>
 #include <signal.h>
 #include <sys/stat.h>
 
@@ -11,6 +13,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 #include "tests/integration/daemon_process.h"
 #include "tests/integration/test_util.h"
@@ -241,10 +244,46 @@ TEST(ShutdownTest, IdleConnectionsAndStreamsDoNotHoldUpExit) {
             absl::Seconds(5));
 }
 
+// The status the daemon's gRPC health service reports for the whole server
+// (grpc.health.v1.Health/Check, service ""): 1 SERVING, 2 NOT_SERVING, or -1
+// when the call failed. The request is the empty message; the response's
+// only field is `status` (field 1, an enum), so both are spelled as bytes
+// rather than linking the health proto's generated code.
+int HealthStatus(const std::string& address) {
+  grpc::GenericStub stub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  grpc::Slice no_bytes;
+  grpc::ByteBuffer request(&no_bytes, 1);  // empty: service ""
+  grpc::ByteBuffer response;
+  grpc::Status status;
+  absl::Notification done;
+  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", {}, &request,
+                 &response, [&](grpc::Status s) {
+                   status = std::move(s);
+                   done.Notify();
+                 });
+  done.WaitForNotification();
+  if (!status.ok()) return -1;
+  std::vector<grpc::Slice> slices;
+  if (!response.Dump(&slices).ok()) return -1;
+  std::string bytes;
+  for (const grpc::Slice& slice : slices) {
+    bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  }
+  if (bytes.empty()) return 0;  // status 0 (UNKNOWN) is encoded as nothing
+  if (bytes.size() != 2 || bytes[0] != 0x08) return -1;
+  return bytes[1];
+}
+
 // A call whose work is under way when SIGTERM arrives is waited for: a shrink
 // pending on a held slot finishes (and answers OK) once the slot is released
 // during the drain, and the daemon exits right after, long before its grace.
-TEST(ShutdownTest, AResizeInProgressIsWaitedForThenExitFollows) {
+// Meanwhile the daemon is draining: the health service says NOT_SERVING,
+// Attach is refused UNAVAILABLE and so is an admit, while the session's
+// admitted request still runs (its release succeeds).
+TEST(ShutdownTest, DrainsWhileAResizeInProgressIsWaitedForThenExits) {
   constexpr absl::Duration kGrace = absl::Seconds(20);
   auto daemon = StartWithGrace(kGrace, {"--num_slots=4"});
   ASSERT_TRUE(daemon.ok()) << daemon.status();
@@ -256,6 +295,8 @@ TEST(ShutdownTest, AResizeInProgressIsWaitedForThenExitFollows) {
   auto admitted = (*scheduler)->Step(admit);
   ASSERT_TRUE(admitted.ok()) << admitted.status();
   ASSERT_TRUE(admitted->results[0].ok()) << admitted->results[0].status();
+
+  EXPECT_EQ(HealthStatus((*daemon)->address()), 1);  // SERVING
 
   auto admin = Client::Connect((*daemon)->address());
   ASSERT_TRUE(admin.ok()) << admin.status();
@@ -278,7 +319,18 @@ TEST(ShutdownTest, AResizeInProgressIsWaitedForThenExitFollows) {
     ASSERT_LT(absl::Now() - start, absl::Seconds(10)) << (*daemon)->log();
     std::this_thread::yield();
   }
-  // Draining: the session still runs its requests; the release lets the
+  // Draining: health checkers are told, new sessions and admissions go
+  // elsewhere...
+  EXPECT_EQ(HealthStatus((*daemon)->address()), 2);  // NOT_SERVING
+  EXPECT_TRUE(
+      absl::IsUnavailable((*probe)->Attach(TestIdentity(), "late").status()));
+  StepBuilder late_admit;
+  late_admit.Admit("late", 1, 10, 10, {}, 0);
+  auto refused = (*scheduler)->Step(late_admit);
+  ASSERT_TRUE(refused.ok()) << refused.status();
+  EXPECT_TRUE(absl::IsUnavailable(refused->results[0].status()))
+      << refused->results[0].status();
+  // ...while the session still runs its requests; the release lets the
   // shrink finish.
   StepBuilder release;
   release.Release("r");
