@@ -113,16 +113,19 @@ mount -t tmpfs shm "$root/dev/shm"
 git clone --quiet "$repo" "$root/src/statecache"
 chmod -R a+rX "$root/src"
 
+# Runs "$@" in the fresh root with a clean environment. It execs, so that
+# "in_root ... &" leaves $! naming the command itself (the daemon, once
+# run.sh has exec'd it), not a subshell around it.
 in_root() {
-  chroot "$root" /usr/bin/env -i HOME=/root TERM=dumb \
+  exec chroot "$root" /usr/bin/env -i HOME=/root TERM=dumb \
     PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "$@"
 }
 
 # 3. Unprivileged, no sudo: one sentence, exit 1.
 t=$(now)
 rc=0
-in_root setpriv --reuid=65534 --regid=65534 --clear-groups /bin/sh -c \
-  'cd /src/statecache && ./run.sh' >"$logs/run-unprivileged.log" 2>&1 || rc=$?
+(in_root setpriv --reuid=65534 --regid=65534 --clear-groups /bin/sh -c \
+  'cd /src/statecache && ./run.sh') >"$logs/run-unprivileged.log" 2>&1 || rc=$?
 if [ $rc -eq 1 ] && grep -q "needs these Debian packages" \
   "$logs/run-unprivileged.log"; then
   rc=0
@@ -157,7 +160,7 @@ grep -m1 "installing" "$logs/run.log" | sed 's/^/    /' || true
 # 5. ./test.sh passes.
 t=$(now)
 rc=0
-in_root /bin/sh -c 'cd /src/statecache && exec ./test.sh' \
+(in_root /bin/sh -c 'cd /src/statecache && exec ./test.sh') \
   >"$logs/test.log" 2>&1 || rc=$?
 step "./test.sh" $(($(now) - t)) $rc
 sed -n '/^statecache test summary/,$p' "$logs/test.log" | sed 's/^/    /'
