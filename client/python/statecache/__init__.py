@@ -13,17 +13,19 @@ attributes.
     with statecache.Client.connect() as client, \\
             client.attach(model_id="Qwen/Qwen3-Next-80B-A3B-Instruct",
                           hash_block_size=64, client_name="worker-0") as s:
+        # Before the forward: a new pass, an admission resuming what it can
+        # of the 4 blocks the KV cache holds.
         results = (s.step()
                    .begin_pass()
                    .admit("r1", width=1, num_tokens=300, anchor_pos=300,
                           block_hashes=hashes, kv_hit_blocks=4)
                    .send())
-        admit = results[1]                  # AdmitResult
-        if admit.ok:
-            run_forward(admit.slots[0], read_from=admit.fork_src)
-        s.step().checkpoint("r1", boundary_blocks=4, hash=hashes[3]) \\
-            .consume_fork("r1").send()
-        s.step().release("r1").send()
+        admit = results[1].check()          # an AdmitResult; raises if refused
+        run_forward(write=admit.slots[0], read=admit.fork_src)
+        # After it: the fork it read is consumed; a checkpoint at 4 blocks.
+        s.step().consume_fork("r1") \\
+            .checkpoint("r1", boundary_blocks=4, hash=hashes[3]).send()
+        s.step().release("r1").send()       # the request finished
 
 Steps always travel in the packed form (PackedOperations). ``s.stream()``
 gives the same builder over one StepStream (the lowest-latency path):
