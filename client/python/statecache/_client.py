@@ -542,9 +542,8 @@ class Session:
 
 
 class StepStream:
-    """Steps over one StepStream call: one message in flight at a time, the
-    lowest-latency path. From :meth:`Session.step`'s sibling
-    :meth:`Session.stream`; use it as a context manager (closing
+    """Steps over one StepStream call, one message in flight at a time
+    (from :meth:`Session.stream`; use it as a context manager: closing
     half-closes the stream).
 
     ``stream.step()`` gives the same :class:`StepBuilder` as

@@ -43,10 +43,12 @@ class Error(Exception):
     code = grpc.StatusCode.UNKNOWN
 
     def __init__(self, message, code=None):
-        super().__init__(message)
-        self.message = message
-        if code is not None:
+        if code is None:
+            super().__init__(message)
+        else:
+            super().__init__(message, code)
             self.code = code
+        self.message = message
 
     def __str__(self):
         return "%s: %s" % (self.code.name, self.message)
@@ -127,8 +129,9 @@ class EpochChanged(LeaseLost):
         new_epoch: the daemon's epoch now.
     """
 
-    def __init__(self, message, old_epoch, new_epoch):
+    def __init__(self, message, old_epoch=0, new_epoch=0):
         super().__init__(message)
+        self.args = (message, old_epoch, new_epoch)
         self.old_epoch = old_epoch
         self.new_epoch = new_epoch
 

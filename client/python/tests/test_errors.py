@@ -211,3 +211,17 @@ def test_stuck_shrink_is_deadline_exceeded(start_daemon):
         assert checkpoint.kept and checkpoint.state_slot == 1
         with pytest.raises(statecache.DeadlineExceeded):
             client.admin.resize(1, deadline=0.2)
+
+
+def test_errors_pickle_and_print():
+    import pickle
+    for error in [statecache.EpochChanged("restarted", 1, 2),
+                  statecache.NotFound("gone"),
+                  statecache.Error("odd", grpc.StatusCode.DATA_LOSS)]:
+        copy = pickle.loads(pickle.dumps(error))
+        assert type(copy) is type(error)
+        assert (copy.code, copy.message, str(copy)) == (
+            error.code, error.message, str(error))
+    assert str(statecache.NotFound("gone")) == "NOT_FOUND: gone"
+    assert pickle.loads(pickle.dumps(
+        statecache.EpochChanged("r", 1, 2))).new_epoch == 2
