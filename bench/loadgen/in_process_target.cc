@@ -1,0 +1,234 @@
+#include "bench/loadgen/in_process_target.h"
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "daemon/core/state_transfer.h"
+#include "proto/packed_form.h"
+
+namespace statecache::loadgen {
+
+void ToProto(const PassOp& op, v1::Operation* out) {
+  switch (op.kind) {
+    case OpKind::kBeginPass:
+      out->mutable_begin_pass();
+      return;
+    case OpKind::kAdmit: {
+      v1::Admit* a = out->mutable_admit();
+      a->set_request_id(op.request_id);
+      a->set_width(op.width);
+      a->set_num_tokens(op.num_tokens);
+      a->set_anchor_pos(op.anchor_pos);
+      a->mutable_block_hashes()->Add(op.block_hashes.begin(),
+                                     op.block_hashes.end());
+      a->set_kv_hit_blocks(op.kv_hit_blocks);
+      return;
+    }
+    case OpKind::kResumableHit: {
+      v1::ResumableHit* q = out->mutable_resumable_hit();
+      q->set_num_tokens(op.num_tokens);
+      q->mutable_block_hashes()->Add(op.block_hashes.begin(),
+                                     op.block_hashes.end());
+      q->set_kv_hit_blocks(op.kv_hit_blocks);
+      return;
+    }
+    case OpKind::kReserve: {
+      v1::Reserve* r = out->mutable_reserve();
+      r->set_request_id(op.request_id);
+      for (const MidstepPosition& p : op.positions) {
+        v1::MidstepPosition* q = r->add_positions();
+        q->set_position(p.position);
+        q->set_hash(p.hash);
+      }
+      return;
+    }
+    case OpKind::kPublish:
+      out->mutable_publish()->set_request_id(op.request_id);
+      return;
+    case OpKind::kCheckpoint: {
+      v1::Checkpoint* c = out->mutable_checkpoint();
+      c->set_request_id(op.request_id);
+      c->set_boundary_blocks(op.boundary_blocks);
+      c->set_hash(op.hash);
+      return;
+    }
+    case OpKind::kConsumeFork:
+      out->mutable_consume_fork()->set_request_id(op.request_id);
+      return;
+    case OpKind::kRelease:
+      out->mutable_release()->set_request_id(op.request_id);
+      return;
+    case OpKind::kUnindex:
+      out->mutable_unindex()->mutable_hashes()->Add(op.hashes.begin(),
+                                                    op.hashes.end());
+      return;
+    case OpKind::kClearIndex:
+      out->mutable_clear_index();
+      return;
+  }
+}
+
+absl::StatusOr<OperationResult> FromProto(const v1::OperationResult& r) {
+  if (r.code() != 0) {
+    return absl::Status(static_cast<absl::StatusCode>(r.code()), r.message());
+  }
+  switch (r.result_case()) {
+    case v1::OperationResult::kBeginPass: {
+      BeginPassResult out;
+      for (const v1::SlotMove& m : r.begin_pass().moves()) {
+        out.moves.push_back(SlotMove{.request_id = m.request_id(),
+                                     .index = m.index(),
+                                     .from_slot = m.from_slot(),
+                                     .to_slot = m.to_slot()});
+      }
+      out.pins_released = r.begin_pass().pins_released();
+      return out;
+    }
+    case v1::OperationResult::kAdmit: {
+      const v1::AdmitResult& a = r.admit();
+      return AdmitResult{
+          .slots = std::vector<int64_t>(a.slots().begin(), a.slots().end()),
+          .fork_src = a.fork_src(),
+          .blocks_resumed = a.blocks_resumed(),
+          .adopted = a.adopted()};
+    }
+    case v1::OperationResult::kResumableHit:
+      return ResumableHitResult{.blocks = r.resumable_hit().blocks()};
+    case v1::OperationResult::kReserve: {
+      ReserveResult out;
+      for (const v1::Reservation& s : r.reserve().reservations()) {
+        out.reservations.push_back(MidstepReservation{
+            .slot = s.slot(), .position = s.position(), .hash = s.hash()});
+      }
+      return out;
+    }
+    case v1::OperationResult::kPublish:
+      return PublishResult{.published = r.publish().published()};
+    case v1::OperationResult::kCheckpoint:
+      return ForkCheckpointResult{.state_slot = r.checkpoint().state_slot(),
+                                  .fork_src = r.checkpoint().fork_src(),
+                                  .kept = r.checkpoint().kept()};
+    case v1::OperationResult::kConsumeFork:
+      return ConsumeForkResult{.fork_src = r.consume_fork().fork_src()};
+    case v1::OperationResult::kRelease:
+      return ReleaseResult{.slots_released = r.release().slots_released()};
+    case v1::OperationResult::kUnindex:
+      return UnindexResult{.orphaned = r.unindex().orphaned()};
+    case v1::OperationResult::kClearIndex:
+      return ClearIndexResult{};
+    default:
+      break;
+  }
+  return absl::InternalError(absl::StrCat("a result of kind ",
+                                          static_cast<int>(r.result_case()),
+                                          " the load generator does not send"));
+}
+
+absl::StatusOr<std::unique_ptr<InProcessTarget>> InProcessTarget::Create(
+    const ModelIdentity& identity, int64_t num_slots,
+    const TransferConfig& transfer, int32_t max_operations_per_step,
+    bool metrics) {
+  absl::StatusOr<TransferKind> kind = ParseTransferKind(transfer.kind);
+  if (!kind.ok()) return kind.status();
+  absl::StatusOr<StateTransfer> state_transfer = StateTransfer::Create(
+      *kind, transfer.fork_tokens, transfer.readable_midstep);
+  if (!state_transfer.ok()) return state_transfer.status();
+  StateCacheOptions options;
+  options.identity.set_model_id(identity.model_id);
+  options.identity.set_hash_block_size(identity.hash_block_size);
+  options.identity.set_hash_namespace(identity.hash_namespace);
+  options.identity.set_num_spec(identity.num_spec);
+  options.num_slots = num_slots;
+  options.transfer = *state_transfer;
+  options.lease_ttl = absl::Hours(1);
+  options.max_operations_per_step = max_operations_per_step;
+  absl::StatusOr<std::unique_ptr<StateCache>> cache =
+      StateCache::Create(std::move(options));
+  if (!cache.ok()) return cache.status();
+  std::unique_ptr<InProcessTarget> target(new InProcessTarget());
+  target->cache_ = std::move(*cache);
+  if (metrics) {
+    target->metrics_ = std::make_unique<Metrics>(
+        target->cache_.get(), Metrics::Options{.version = "loadgen"});
+    target->cache_->AddObserver(target->metrics_.get());
+  }
+  v1::AttachRequest attach;
+  attach.mutable_identity()->set_model_id(identity.model_id);
+  attach.mutable_identity()->set_hash_block_size(identity.hash_block_size);
+  attach.mutable_identity()->set_hash_namespace(identity.hash_namespace);
+  attach.mutable_identity()->set_num_spec(identity.num_spec);
+  attach.set_client_name("statecache-loadgen (in-process)");
+  v1::AttachResponse attached;
+  if (absl::Status st = target->cache_->Attach(attach, &attached); !st.ok()) {
+    return st;
+  }
+  target->session_id_ = attached.session_id();
+  return target;
+}
+
+// The cache goes before the metrics that observe it.
+InProcessTarget::~InProcessTarget() { cache_.reset(); }
+
+absl::StatusOr<StepResults> InProcessTarget::Run(const Pass& pass,
+                                                 double* seconds) {
+  v1::StepRequest list;
+  for (const PassOp& op : pass.ops) ToProto(op, list.add_operations());
+  v1::StepRequest request;
+  request.set_session_id(session_id_);
+  if (absl::Status st =
+          PackOperations(list.operations(), request.mutable_packed());
+      !st.ok()) {
+    return st;
+  }
+  v1::StepResponse response;
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::Status status = cache_->Step(request, &response);
+  *seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+          .count();
+  if (!status.ok()) return status;
+  google::protobuf::RepeatedPtrField<v1::OperationResult> results;
+  if (absl::Status st = UnpackResults(response.packed_results(),
+                                      request.packed().kinds(), &results);
+      !st.ok()) {
+    return st;
+  }
+  StepResults out;
+  out.epoch = response.epoch();
+  out.results.reserve(results.size());
+  for (const v1::OperationResult& r : results) {
+    out.results.push_back(FromProto(r));
+  }
+  return out;
+}
+
+absl::StatusOr<DaemonStats> InProcessTarget::Stats() {
+  v1::GetStatsResponse r;
+  cache_->GetStats(&r);
+  DaemonStats s;
+  s.epoch = r.epoch();
+  s.checkpoints_kept = r.checkpoints_kept();
+  s.checkpoints_dropped = r.checkpoints_dropped();
+  s.checkpoints_evicted = r.checkpoints_evicted();
+  s.checkpoints_orphaned = r.checkpoints_orphaned();
+  s.slots_total = r.slots_total();
+  s.slots_used = r.slots_used();
+  s.slots_held = r.slots_held();
+  s.slots_vacant = r.slots_vacant();
+  s.sessions = r.sessions();
+  s.requests = r.requests();
+  s.indexed_hashes = r.indexed_hashes();
+  s.resumes_fork = r.resumes_fork();
+  s.resumes_adopt = r.resumes_adopt();
+  s.resumes_miss = r.resumes_miss();
+  s.resume_blocks_wanted = r.resume_blocks_wanted();
+  s.resume_blocks_resumed = r.resume_blocks_resumed();
+  return s;
+}
+
+}  // namespace statecache::loadgen

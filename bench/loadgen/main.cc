@@ -1,0 +1,266 @@
+// statecache-loadgen: a simulated inference scheduler that replays an
+// agentic workload (bench/workload/gen_workload.py) against a running
+// statecached, one Step per scheduler pass, and then the same workload
+// through the daemon's core in this process (no RPC): the two must make
+// the same decisions, so their hit ratios are identical and the latency
+// ratio is the price of the hop.
+//
+//   statecache-loadgen --workload=FILE [--address=ADDR] [--policy=statecache]
+//       [--concurrency=16] [--chunk_tokens=2048] [--ladder_blocks=16]
+//       [--kv_blocks=8192] [--json]
+//   statecache-loadgen --workload=FILE --daemon=false --num_slots=N ...
+//       (in-process only, with the pool described by flags)
+//
+// bench/loadgen/README.md has the model, every flag and the output.
+//
+// Exit codes: 0 ok; 1 an operation was refused unexpectedly, an RPC failed
+// or the simulation found the daemon inconsistent with itself; 2 usage (bad
+// flags or workload); 3 the daemon and the in-process core decided
+// differently; 4 the daemon is unreachable.
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "bench/loadgen/daemon_target.h"
+#include "bench/loadgen/in_process_target.h"
+#include "bench/loadgen/report.h"
+#include "bench/loadgen/scheduler.h"
+#include "bench/loadgen/workload.h"
+#include "client/default_address.h"
+#include "client/statecache_client.h"
+
+ABSL_FLAG(std::string, workload, "",
+          "the workload file (bench/workload/gen_workload.py's output)");
+ABSL_FLAG(std::string, address, "",
+          "the daemon's address (empty: the daemon's default socket)");
+ABSL_FLAG(std::string, policy, "statecache",
+          "statecache (prompt ends, ladder, midstep), prompt-end (one "
+          "checkpoint at each prompt's end) or none (never resume)");
+ABSL_FLAG(int32_t, concurrency, 16, "agent sessions active at once");
+ABSL_FLAG(int64_t, chunk_tokens, 2048,
+          "prefill chunk per request per pass (a multiple of the block size)");
+ABSL_FLAG(int64_t, max_batch_tokens, 8192, "tokens one forward may carry");
+ABSL_FLAG(int64_t, ladder_blocks, 16,
+          "policy statecache: a checkpoint every this many blocks of prefill "
+          "(0: none)");
+ABSL_FLAG(int64_t, kv_blocks, 8192, "the simulated KV cache's blocks");
+ABSL_FLAG(int64_t, prefill_tokens_per_s, 20000,
+          "simulated prefill speed of a forward");
+ABSL_FLAG(double, decode_ms_per_token, 25,
+          "simulated time a forward with decoding requests adds");
+ABSL_FLAG(int32_t, num_spec, 0,
+          "speculative tokens (the identity's num_spec; slots per request "
+          "are 1 + num_spec)");
+ABSL_FLAG(std::string, model_id, "", "the identity's model_id");
+ABSL_FLAG(std::string, hash_namespace, "", "the identity's hash_namespace");
+ABSL_FLAG(bool, daemon, true, "run against the daemon at --address");
+ABSL_FLAG(bool, in_process, true,
+          "also run the same workload through the daemon's core in this "
+          "process, with the daemon's pool size and transfer");
+ABSL_FLAG(bool, in_process_metrics, true,
+          "observe the in-process core with the daemon's metrics, as a "
+          "daemon serving metrics (its default) does");
+ABSL_FLAG(int64_t, num_slots, 1024, "--daemon=false: the pool's slots");
+ABSL_FLAG(std::string, transfer, "fork",
+          "--daemon=false: fork, none or replay");
+ABSL_FLAG(int64_t, fork_tokens, 1,
+          "--daemon=false: the transfer's fork_tokens");
+ABSL_FLAG(bool, readable_midstep, true,
+          "--daemon=false: the transfer's readable_midstep");
+ABSL_FLAG(bool, stream, false, "send each pass on StepStream, not unary Step");
+ABSL_FLAG(bool, realtime, false,
+          "sleep so that wall time follows the simulated time (daemon run)");
+ABSL_FLAG(bool, clear_index, true,
+          "start each run with clear_index, so a daemon that served earlier "
+          "runs decides as a fresh pool (as the in-process core) does");
+ABSL_FLAG(bool, json, false, "print one JSON object instead of the table");
+
+namespace statecache::loadgen {
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitError = 1;
+constexpr int kExitUsage = 2;
+constexpr int kExitMismatch = 3;
+constexpr int kExitUnreachable = 4;
+
+int Fail(int code, const absl::Status& status, const std::string& what) {
+  std::fprintf(stderr, "statecache-loadgen: %s: %s\n", what.c_str(),
+               status.ToString().c_str());
+  return code;
+}
+
+absl::StatusOr<SchedulerOptions> OptionsFromFlags() {
+  SchedulerOptions o;
+  absl::StatusOr<Policy> policy = ParsePolicy(absl::GetFlag(FLAGS_policy));
+  if (!policy.ok()) return policy.status();
+  o.policy = *policy;
+  o.concurrency = absl::GetFlag(FLAGS_concurrency);
+  o.chunk_tokens = absl::GetFlag(FLAGS_chunk_tokens);
+  o.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
+  o.ladder_blocks = absl::GetFlag(FLAGS_ladder_blocks);
+  o.kv_blocks = absl::GetFlag(FLAGS_kv_blocks);
+  o.prefill_tokens_per_s = absl::GetFlag(FLAGS_prefill_tokens_per_s);
+  o.decode_ms_per_token = absl::GetFlag(FLAGS_decode_ms_per_token);
+  if (absl::GetFlag(FLAGS_num_spec) < 0) {
+    return absl::InvalidArgumentError("--num_spec must be >= 0");
+  }
+  o.width = 1 + absl::GetFlag(FLAGS_num_spec);
+  o.realtime = absl::GetFlag(FLAGS_realtime);
+  o.clear_index = absl::GetFlag(FLAGS_clear_index);
+  return o;
+}
+
+int Main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "statecache-loadgen --workload=FILE [--address=ADDR] "
+      "[--policy=statecache|prompt-end|none] [--concurrency=N] [--json]\n"
+      "Replays an agentic workload against statecached as a simulated "
+      "scheduler, then through the daemon's core in-process; "
+      "bench/loadgen/README.md has the details.");
+  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  if (rest.size() > 1) {
+    std::fprintf(stderr, "statecache-loadgen: unexpected argument '%s'\n",
+                 rest[1]);
+    return kExitUsage;
+  }
+  const std::string path = absl::GetFlag(FLAGS_workload);
+  if (path.empty()) {
+    std::fprintf(stderr, "statecache-loadgen: --workload is required\n");
+    return kExitUsage;
+  }
+  absl::StatusOr<SchedulerOptions> options = OptionsFromFlags();
+  if (!options.ok()) return Fail(kExitUsage, options.status(), "flags");
+  const bool daemon = absl::GetFlag(FLAGS_daemon);
+  const bool in_process = absl::GetFlag(FLAGS_in_process);
+  if (!daemon && !in_process) {
+    std::fprintf(stderr,
+                 "statecache-loadgen: --daemon=false and --in_process=false "
+                 "leave nothing to run\n");
+    return kExitUsage;
+  }
+  absl::StatusOr<Workload> workload = ReadWorkload(path);
+  if (!workload.ok()) return Fail(kExitUsage, workload.status(), "workload");
+  if (absl::Status st = ValidateOptions(*options, workload->hash_block_size);
+      !st.ok()) {
+    return Fail(kExitUsage, st, "flags");
+  }
+
+  const ModelIdentity identity{
+      .model_id = absl::GetFlag(FLAGS_model_id),
+      .hash_block_size = workload->hash_block_size,
+      .hash_namespace = absl::GetFlag(FLAGS_hash_namespace),
+      .num_spec = absl::GetFlag(FLAGS_num_spec)};
+  Report report;
+  report.workload_path = path;
+  report.workload = &*workload;
+  report.options = *options;
+  report.pool = PoolConfig{
+      .num_slots = absl::GetFlag(FLAGS_num_slots),
+      .transfer =
+          TransferConfig{
+              .kind = absl::GetFlag(FLAGS_transfer),
+              .fork_tokens = absl::GetFlag(FLAGS_fork_tokens),
+              .readable_midstep = absl::GetFlag(FLAGS_readable_midstep)},
+      .max_operations_per_step = 4096};
+
+  if (daemon) {
+    std::string address = absl::GetFlag(FLAGS_address);
+    if (address.empty()) address = DefaultAddress();
+    report.address = address;
+    absl::StatusOr<std::unique_ptr<DaemonTarget>> target =
+        DaemonTarget::Create(address, identity, absl::GetFlag(FLAGS_stream));
+    if (!target.ok()) {
+      return Fail(
+          absl::IsUnavailable(target.status()) ? kExitUnreachable : kExitError,
+          target.status(), absl::StrCat("attaching to ", address));
+    }
+    const SessionInfo& session = (*target)->session();
+    report.pool =
+        PoolConfig{.num_slots = session.num_slots,
+                   .transfer = session.transfer,
+                   .max_operations_per_step = session.max_operations_per_step};
+    if ((*target)->stats_before_attach().requests > 0) {
+      std::fprintf(
+          stderr,
+          "statecache-loadgen: warning: the daemon holds %lld "
+          "requests of other sessions; its decisions may differ "
+          "from the in-process core's\n",
+          static_cast<long long>((*target)->stats_before_attach().requests));
+    }
+    TargetRun run{.name = "daemon"};
+    absl::StatusOr<DaemonStats> before = (*target)->Stats();
+    if (!before.ok()) return Fail(kExitError, before.status(), "GetStats");
+    run.before = *before;
+    absl::StatusOr<RunResult> result =
+        Simulate(*workload, *options, report.pool, **target);
+    if (!result.ok()) {
+      return Fail(kExitError, result.status(), "the daemon run");
+    }
+    run.run = *std::move(result);
+    absl::StatusOr<DaemonStats> after = (*target)->Stats();
+    if (!after.ok()) return Fail(kExitError, after.status(), "GetStats");
+    run.after = *after;
+    if (absl::Status st = (*target)->Detach(); !st.ok()) {
+      return Fail(kExitError, st, "Detach");
+    }
+    report.runs.push_back(std::move(run));
+  }
+
+  if (in_process) {
+    SchedulerOptions in_options = *options;
+    in_options.realtime = false;
+    absl::StatusOr<std::unique_ptr<InProcessTarget>> target =
+        InProcessTarget::Create(identity, report.pool.num_slots,
+                                report.pool.transfer,
+                                report.pool.max_operations_per_step,
+                                absl::GetFlag(FLAGS_in_process_metrics));
+    if (!target.ok()) {
+      return Fail(kExitUsage, target.status(), "the in-process core");
+    }
+    TargetRun run{.name = "in_process"};
+    absl::StatusOr<DaemonStats> before = (*target)->Stats();
+    if (!before.ok()) return Fail(kExitError, before.status(), "GetStats");
+    run.before = *before;
+    absl::StatusOr<RunResult> result =
+        Simulate(*workload, in_options, report.pool, **target);
+    if (!result.ok()) {
+      return Fail(kExitError, result.status(), "the in-process run");
+    }
+    run.run = *std::move(result);
+    absl::StatusOr<DaemonStats> after = (*target)->Stats();
+    if (!after.ok()) return Fail(kExitError, after.status(), "GetStats");
+    run.after = *after;
+    report.runs.push_back(std::move(run));
+  }
+
+  if (absl::GetFlag(FLAGS_json)) {
+    std::printf("%s\n", ReportJson(report).dump().c_str());
+  } else {
+    PrintTable(report, stdout);
+  }
+  std::fflush(stdout);
+  if (!SameHitRatio(report) || !SameDecisions(report)) {
+    std::fprintf(stderr,
+                 "statecache-loadgen: the daemon and the in-process core "
+                 "decided differently (hit ratio %s, decisions %s)\n",
+                 SameHitRatio(report) ? "identical" : "differs",
+                 SameDecisions(report) ? "identical" : "differ");
+    return kExitMismatch;
+  }
+  return kExitOk;
+}
+
+}  // namespace
+}  // namespace statecache::loadgen
+
+int main(int argc, char** argv) {
+  return statecache::loadgen::Main(argc, argv);
+}
