@@ -226,10 +226,12 @@ class Simulation {
     }
     // What the last forward left to say.
     Pass last;
+    contexts_.clear();
     AfterOps(last);
     if (!last.ops.empty()) {
       absl::StatusOr<StepResults> r = RunStep(last);
       if (!r.ok()) return r.status();
+      if (absl::Status st = ReadResults(last, *r); !st.ok()) return st;
     }
     result_.simulated_us = now_us_;
     result_.kv_evictions = kv_.evictions();
