@@ -39,6 +39,13 @@ def statecached_binary(binary=None):
     return found
 
 
+def _with_defaults(flags):
+    flags = list(flags)
+    if not any(f.startswith("--metrics_address") for f in flags):
+        flags.append("--metrics_address=")
+    return flags
+
+
 class Daemon:
     """statecached on ``unix:<directory>/statecached.sock``.
 
@@ -74,8 +81,7 @@ class Daemon:
             with open(path, "w") as f:
                 json.dump(layout, f)
             self.flags.append("--layout=" + path)
-        if not any(f.startswith("--metrics_address") for f in self.flags):
-            self.flags.append("--metrics_address=")
+        self.flags = _with_defaults(self.flags)
         self.ready_timeout = ready_timeout
         self.process = None
         try:
@@ -163,10 +169,11 @@ class Daemon:
 
     def restart(self, flags=None):
         """Stops the daemon and starts a new one on the same socket (a new
-        epoch), with `flags` if given. Returns the old one's exit code."""
+        epoch), with `flags` instead of the old ones if given (metrics stay
+        off unless they say otherwise). Returns the old one's exit code."""
         code = self.stop()
         if flags is not None:
-            self.flags = list(flags)
+            self.flags = _with_defaults(flags)
         self.start()
         return code
 
