@@ -129,8 +129,12 @@ class StepStreamReactor final
     absl::Time start = absl::Now();
     const v1::StepRequest& request = *request_;
     v1::StepResponse& response = *response_;
-    // The stream belongs to the session its first message names.
-    if (steps_ == 0) session_id_ = request.session_id();
+    // The stream belongs to one live session: the first it names that the
+    // daemon knows. Until then (a first message naming a session a restart
+    // forgot), and again once that session is gone (a step refused
+    // NOT_FOUND), the next message's session may bind it, so a client that
+    // re-attaches keeps its stream.
+    if (!bound_) session_id_ = request.session_id();
     ++steps_;
     absl::Status status;
     if (request.session_id() != session_id_) {
@@ -141,6 +145,11 @@ class StepStreamReactor final
                        absl::CHexEscape(session_id_), "\"; open a new stream"));
     } else {
       status = cache_->Step(request, &response);
+      if (status.ok()) {
+        bound_ = true;
+      } else if (absl::IsNotFound(status)) {
+        bound_ = false;
+      }
     }
     if (!status.ok()) {
       response.clear_results();
@@ -164,6 +173,7 @@ class StepStreamReactor final
   const std::string peer_;
   bool serving_ = false;  // a step read and not yet answered
   std::string session_id_;
+  bool bound_ = false;  // session_id_ named a live session at its last step
   int64_t steps_ = 0;
   // One message in flight at a time (read, step, write), so one arena
   // serves them all: each message and its response live on it until the

@@ -367,6 +367,64 @@ TEST_F(GrpcServiceTest, StepStreamRefusesMessagesAndStaysOpen) {
   EXPECT_TRUE(status.ok()) << status.error_message();
 }
 
+// A stream binds to the first live session it names. A client whose first
+// message names a session the daemon does not know (one from before a
+// restart) gets NOT_FOUND and may name its new session on the same stream;
+// once bound, another session is refused; once the bound session is gone
+// (NOT_FOUND), a new one binds it.
+TEST_F(GrpcServiceTest, StepStreamBindsToTheFirstLiveSessionItNames) {
+  StartServer();
+  v1::AttachRequest attach;
+  attach.mutable_identity()->set_model_id("test-model");
+  attach.mutable_identity()->set_hash_block_size(kBlockSize);
+  attach.mutable_identity()->set_hash_namespace("ns");
+  v1::AttachResponse first, second;
+  for (v1::AttachResponse* response : {&first, &second}) {
+    grpc::ClientContext context;
+    ASSERT_TRUE(stub_->Attach(&context, attach, response).ok());
+  }
+  grpc::ClientContext context;
+  auto stream = stub_->StepStream(&context);
+  v1::StepRequest request;
+  request.add_operations()->mutable_begin_pass();
+  v1::StepResponse response;
+  auto send = [&](const std::string& session_id) {
+    request.set_session_id(session_id);
+    EXPECT_TRUE(stream->Write(request));
+    EXPECT_TRUE(stream->Read(&response));
+    return response.error_code();
+  };
+  constexpr int kOk = 0;
+  constexpr int kNotFound = static_cast<int>(absl::StatusCode::kNotFound);
+  constexpr int kInvalid = static_cast<int>(absl::StatusCode::kInvalidArgument);
+
+  EXPECT_EQ(send("stale-session"), kNotFound);
+  EXPECT_EQ(response.epoch(), cache_->epoch());  // how a client learns it
+  EXPECT_EQ(send(first.session_id()), kOk) << response.error_message();
+  EXPECT_EQ(send(second.session_id()), kInvalid);
+  EXPECT_NE(response.error_message().find("belongs to session"),
+            std::string::npos)
+      << response.error_message();
+  EXPECT_EQ(send(first.session_id()), kOk);
+
+  {
+    v1::DetachRequest detach;
+    detach.set_session_id(first.session_id());
+    v1::DetachResponse detached;
+    grpc::ClientContext detach_context;
+    ASSERT_TRUE(stub_->Detach(&detach_context, detach, &detached).ok());
+  }
+  // Bound to a session that is gone: NOT_FOUND until the client names a
+  // live one, which then binds the stream.
+  EXPECT_EQ(send(first.session_id()), kNotFound);
+  EXPECT_EQ(send(second.session_id()), kOk) << response.error_message();
+  EXPECT_EQ(send(first.session_id()), kInvalid);
+
+  ASSERT_TRUE(stream->WritesDone());
+  EXPECT_FALSE(stream->Read(&response));
+  EXPECT_TRUE(stream->Finish().ok());
+}
+
 TEST_F(GrpcServiceTest, UnknownSessionIsNotFound) {
   StartServer();
   v1::StepRequest request;

@@ -647,6 +647,130 @@ TEST(StateCacheTest, GrowIsImmediate) {
 // The mirror drives a plain SlotPool (proven equal to the reference by the
 // parity suite) with the reference caller's call sequence; after every step
 // the daemon's pool must be identical to it.
+// ---- The edges statecache.proto documents, one test each.
+
+int Code(const v1::StepResponse& response, int i) {
+  return response.results(i).code();
+}
+constexpr int kInvalidArgument =
+    static_cast<int>(absl::StatusCode::kInvalidArgument);
+
+// "a request_id is 1..256 bytes": 256 is admitted, 257 and 0 are refused
+// with a message naming the limit, and nothing changed.
+TEST(ProtoContractTest, AdmitRefusesARequestIdOver256Bytes) {
+  Fixture f;
+  const std::string s = f.Attach();
+  const PoolSnapshot before = f.cache->DumpPool();
+  auto refused =
+      RunStep(*f.cache, StepBuilder(s)
+                            .Admit(std::string(257, 'x'), 1, 10, {}, 0)
+                            .Admit("", 1, 10, {}, 0));
+  EXPECT_EQ(Code(refused, 0), kInvalidArgument);
+  EXPECT_NE(refused.results(0).message().find("at most 256"), std::string::npos)
+      << refused.results(0).message();
+  EXPECT_EQ(Code(refused, 1), kInvalidArgument);
+  EXPECT_EQ(f.cache->DumpPool(), before);
+  auto admitted = RunStep(
+      *f.cache, StepBuilder(s).Admit(std::string(256, 'y'), 1, 10, {}, 0));
+  EXPECT_EQ(Code(admitted, 0), 0) << admitted.results(0).message();
+}
+
+// "the daemon accepts any width in [1, the pool's size] and does not tie it
+// to num_spec" (the identity here has num_spec 0).
+TEST(ProtoContractTest, AdmitWidthIsAnyValueUpToThePoolSize) {
+  Fixture f(8);
+  const std::string s = f.Attach();
+  auto r = RunStep(*f.cache, StepBuilder(s)
+                                 .Admit("three", 3, 10, {}, 0)
+                                 .Admit("zero", 0, 10, {}, 0)
+                                 .Admit("nine", 9, 10, {}, 0)
+                                 .Admit("six", 6, 10, {}, 0));
+  ASSERT_EQ(Code(r, 0), 0) << r.results(0).message();
+  EXPECT_EQ(r.results(0).admit().slots_size(), 3);
+  EXPECT_EQ(Code(r, 1), kInvalidArgument);
+  EXPECT_EQ(Code(r, 2), kInvalidArgument);
+  // Within the pool's size but more than the 5 free: admit later.
+  EXPECT_EQ(Code(r, 3), static_cast<int>(absl::StatusCode::kResourceExhausted));
+}
+
+// copy's errors "checked in this order": an unknown request is NOT_FOUND;
+// then, without state memory, FAILED_PRECONDITION whatever the indices.
+TEST(ProtoContractTest, CopyChecksTheRequestThenStateMemoryThenIndices) {
+  Fixture f(8);  // no state memory
+  const std::string s = f.Attach();
+  RunStep(*f.cache, StepBuilder(s).Admit("a", 2, 10, {}, 0));
+  v1::StepRequest request;
+  request.set_session_id(s);
+  auto add_copy = [&](const std::string& id, int from, int to) {
+    v1::Copy* copy = request.add_operations()->mutable_copy();
+    copy->set_request_id(id);
+    copy->set_from_index(from);
+    copy->set_to_index(to);
+  };
+  add_copy("nope", 0, 5);
+  add_copy("a", 0, 5);
+  add_copy("a", 1, 1);
+  add_copy("a", 1, 0);
+  v1::StepResponse response;
+  ASSERT_TRUE(f.cache->Step(request, &response).ok());
+  EXPECT_EQ(Code(response, 0), static_cast<int>(absl::StatusCode::kNotFound));
+  for (int i = 1; i < 4; ++i) {
+    EXPECT_EQ(Code(response, i),
+              static_cast<int>(absl::StatusCode::kFailedPrecondition))
+        << i << ": " << response.results(i).message();
+  }
+}
+
+// consume_fork forgets the source at once, but the pin (and the slot's
+// `used` count) lasts until the pin clock returns it: the begin_pass after
+// next for a source this pass's checkpoint pinned.
+TEST(ProtoContractTest, ConsumeForkLeavesThePinToThePinClock) {
+  Fixture f(8);
+  const std::string s = f.Attach();
+  RunStep(*f.cache, StepBuilder(s).Admit("a", 1, 100, {9}, 0, 64));
+  auto checkpoint = RunStep(*f.cache, StepBuilder(s).Checkpoint("a", 1, 9));
+  ASSERT_EQ(checkpoint.results(0).checkpoint().fork_src(), 0);
+  ASSERT_EQ(checkpoint.results(0).checkpoint().state_slot(), 1);
+  auto used = [&] {
+    v1::GetStatsResponse stats;
+    f.cache->GetStats(&stats);
+    return stats.slots_used();
+  };
+  EXPECT_EQ(used(), 2);  // a's slot 1, and slot 0 pinned as its source
+  auto consumed = RunStep(*f.cache, StepBuilder(s).ConsumeFork("a"));
+  EXPECT_EQ(consumed.results(0).consume_fork().fork_src(), 0);
+  EXPECT_EQ(used(), 2);
+  EXPECT_EQ(f.cache->DumpPool().pinned,
+            (std::vector<std::pair<int64_t, int64_t>>{{0, 1}}));
+  // Forgotten at once: a second consume_fork has nothing to forget.
+  auto again = RunStep(*f.cache, StepBuilder(s).ConsumeFork("a"));
+  EXPECT_EQ(again.results(0).consume_fork().fork_src(), -1);
+  auto first = RunStep(*f.cache, StepBuilder(s).BeginPass());
+  EXPECT_EQ(first.results(0).begin_pass().pins_released(), 0);
+  EXPECT_EQ(used(), 2);
+  auto second = RunStep(*f.cache, StepBuilder(s).BeginPass());
+  EXPECT_EQ(second.results(0).begin_pass().pins_released(), 1);
+  EXPECT_EQ(used(), 1);
+  EXPECT_EQ(f.cache->DumpPool().checkpointed, (std::vector<int64_t>{0}));
+}
+
+// "A checkpoint another request already pins can be resumed from all the
+// same: the new request becomes a second reader of the same source."
+TEST(ProtoContractTest, ASecondRequestResumesFromAPinnedCheckpoint) {
+  Fixture f(8);
+  const std::string s = f.Attach();
+  RunStep(*f.cache, StepBuilder(s).Admit("a", 1, 100, {9}, 0, 64));
+  RunStep(*f.cache, StepBuilder(s).Checkpoint("a", 1, 9));  // 0 pinned
+  auto r = RunStep(*f.cache, StepBuilder(s).Admit("b", 1, 100, {9}, 1, 64));
+  ASSERT_EQ(Code(r, 0), 0) << r.results(0).message();
+  EXPECT_EQ(r.results(0).admit().blocks_resumed(), 1);
+  EXPECT_EQ(r.results(0).admit().fork_src(), 0);
+  EXPECT_FALSE(r.results(0).admit().adopted());
+  EXPECT_EQ(f.cache->DumpPool().pinned,
+            (std::vector<std::pair<int64_t, int64_t>>{{0, 2}}));
+  EXPECT_TRUE(f.cache->CheckInvariants().ok()) << f.cache->CheckInvariants();
+}
+
 TEST(StateCacheTest, OneSessionMatchesTheReferenceCallSequence) {
   constexpr int64_t kSlots = 12;
   Fixture f(kSlots);
