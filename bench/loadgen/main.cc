@@ -10,16 +10,28 @@
 //       [--kv_blocks=8192] [--json]
 //   statecache-loadgen --workload=FILE --daemon=false --num_slots=N ...
 //       (in-process only, with the pool described by flags)
+//   statecache-loadgen --workload=FILE ... --record=PASSES.jsonl
+//       (also writes every pass the daemon run sends, with its result codes
+//       and time: record.h has the format)
+//   statecache-loadgen --replay=PASSES.jsonl [--address=ADDR] [--json]
+//       (sends recorded passes again through the client library, one Step
+//       each, times them and checks every result code against the record)
 //
 // bench/loadgen/README.md has the model, every flag and the output.
 //
 // Exit codes: 0 ok; 1 an operation was refused unexpectedly, an RPC failed
 // or the simulation found the daemon inconsistent with itself; 2 usage (bad
 // flags or workload); 3 the daemon and the in-process core decided
-// differently; 4 the daemon is unreachable.
+// differently (--replay: a result differs from the record's); 4 the
+// daemon is unreachable.
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +42,7 @@
 #include "absl/strings/str_cat.h"
 #include "bench/loadgen/daemon_target.h"
 #include "bench/loadgen/in_process_target.h"
+#include "bench/loadgen/record.h"
 #include "bench/loadgen/report.h"
 #include "bench/loadgen/scheduler.h"
 #include "bench/loadgen/workload.h"
@@ -81,6 +94,19 @@ ABSL_FLAG(bool, clear_index, true,
           "start each run with clear_index, so a daemon that served earlier "
           "runs decides as a fresh pool (as the in-process core) does");
 ABSL_FLAG(bool, json, false, "print one JSON object instead of the table");
+ABSL_FLAG(std::string, record, "",
+          "write every pass the daemon run (else the in-process run) sends, "
+          "with its result codes and Step time, to this file (JSON Lines; "
+          "bench/loadgen/record.h has the format); with --replay, the "
+          "replayed passes");
+ABSL_FLAG(std::string, replay, "",
+          "instead of simulating: send the passes recorded in this file "
+          "(--record's format) to the daemon at --address through the client "
+          "library, one Step each, time them and check each result code "
+          "and result against the record's");
+ABSL_FLAG(int32_t, replay_warmup, 0,
+          "--replay: leave the first this many passes out of the latency "
+          "figures (they are sent and checked all the same)");
 
 namespace statecache::loadgen {
 namespace {
@@ -118,6 +144,191 @@ absl::StatusOr<SchedulerOptions> OptionsFromFlags() {
   return o;
 }
 
+// Opens `path` for --record (empty: none). Errors: the file cannot be
+// created.
+absl::StatusOr<std::FILE*> OpenRecord(const std::string& path) {
+  if (path.empty()) return nullptr;
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot write ", path, ": ", std::strerror(errno)));
+  }
+  return f;
+}
+
+absl::Status CloseRecord(std::FILE* f, const RecordingTarget* recorder) {
+  if (f == nullptr) return absl::OkStatus();
+  const bool ok =
+      (recorder == nullptr || recorder->ok()) && std::fflush(f) == 0;
+  if (std::fclose(f) != 0 || !ok) {
+    return absl::DataLossError("writing the --record file failed");
+  }
+  return absl::OkStatus();
+}
+
+// --replay: the recorded passes through the client library, one Step each.
+int Replay(const std::string& path) {
+  absl::StatusOr<RecordedPasses> recorded = ReadRecordedPasses(path);
+  if (!recorded.ok()) return Fail(kExitUsage, recorded.status(), "--replay");
+  std::string address = absl::GetFlag(FLAGS_address);
+  if (address.empty()) address = DefaultAddress();
+  absl::StatusOr<std::unique_ptr<DaemonTarget>> target = DaemonTarget::Create(
+      address, recorded->identity, absl::GetFlag(FLAGS_stream));
+  if (!target.ok()) {
+    return Fail(
+        absl::IsUnavailable(target.status()) ? kExitUnreachable : kExitError,
+        target.status(), absl::StrCat("attaching to ", address));
+  }
+  const SessionInfo& session = (*target)->session();
+  const PoolConfig& want = recorded->pool;
+  if (session.num_slots != want.num_slots ||
+      session.transfer.kind != want.transfer.kind ||
+      session.transfer.fork_tokens != want.transfer.fork_tokens ||
+      session.transfer.readable_midstep != want.transfer.readable_midstep) {
+    std::fprintf(stderr,
+                 "statecache-loadgen: the daemon's pool (%lld slots, transfer "
+                 "%s) is not the record's (%lld slots, transfer %s)\n",
+                 static_cast<long long>(session.num_slots),
+                 session.transfer.kind.c_str(),
+                 static_cast<long long>(want.num_slots),
+                 want.transfer.kind.c_str());
+    return kExitUsage;
+  }
+  if ((*target)->stats_before_attach().requests > 0) {
+    std::fprintf(stderr,
+                 "statecache-loadgen: warning: the daemon holds requests of "
+                 "other sessions; the recorded codes may not repeat\n");
+  }
+  absl::StatusOr<std::FILE*> record_file =
+      OpenRecord(absl::GetFlag(FLAGS_record));
+  if (!record_file.ok()) return Fail(kExitUsage, record_file.status(), "flags");
+  std::optional<RecordingTarget> recorder;
+  StepTarget* run_on = target->get();
+  if (*record_file != nullptr) {
+    nlohmann::json header = recorded->header;
+    header["run"] = {{"replay_of", path}, {"address", address}};
+    recorder.emplace(**target, *record_file, header);
+    run_on = &*recorder;
+  }
+
+  const size_t warmup =
+      static_cast<size_t>(std::max(0, absl::GetFlag(FLAGS_replay_warmup)));
+  std::vector<double> all_us;
+  std::vector<double> timed;
+  int64_t operations = 0;
+  int64_t checked = 0;
+  int64_t mismatches = 0;
+  std::string first_mismatch;
+  const auto wall_start = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < recorded->passes.size(); ++i) {
+    const Pass& pass = recorded->passes[i];
+    double seconds = 0;
+    absl::StatusOr<StepResults> results = run_on->Run(pass, &seconds);
+    if (!results.ok()) {
+      (void)CloseRecord(*record_file, recorder ? &*recorder : nullptr);
+      return Fail(kExitError, results.status(),
+                  absl::StrCat("replaying pass ", i));
+    }
+    all_us.push_back(seconds * 1e6);
+    if (i >= warmup) {
+      timed.push_back(seconds);
+      operations += static_cast<int64_t>(pass.ops.size());
+    }
+    const std::vector<int32_t>& want_codes = recorded->codes[i];
+    const nlohmann::json& want_results = recorded->results[i];
+    if (want_codes.empty() && want_results.is_null()) continue;
+    ++checked;
+    const std::vector<int32_t> got = ResultCodes(*results);
+    std::string differs;
+    if (got.size() != pass.ops.size()) {
+      differs = absl::StrCat(got.size(), " results for ", pass.ops.size(),
+                             " operations");
+    }
+    for (size_t k = 0; differs.empty() && k < got.size(); ++k) {
+      const std::string op = absl::StrCat(
+          "operation ", k, " (", OpJson(pass.ops[k]).begin().key(), ")");
+      if (!want_codes.empty() && got[k] != want_codes[k]) {
+        differs =
+            absl::StrCat(op, ": code ", got[k], ", recorded ", want_codes[k]);
+      } else if (!want_results.is_null()) {
+        const nlohmann::json result = ResultJson(results->results[k]);
+        if (result != want_results[k]) {
+          differs = absl::StrCat(op, ": ", result.dump(), ", recorded ",
+                                 want_results[k].dump());
+        }
+      }
+    }
+    if (!differs.empty()) {
+      ++mismatches;
+      if (first_mismatch.empty()) {
+        first_mismatch = absl::StrCat("pass ", i, " ", differs);
+      }
+    }
+  }
+  const double wall_s = std::chrono::duration<double>(
+                            std::chrono::steady_clock::now() - wall_start)
+                            .count();
+  if (absl::Status st =
+          CloseRecord(*record_file, recorder ? &*recorder : nullptr);
+      !st.ok()) {
+    return Fail(kExitError, st, "--record");
+  }
+  if (absl::Status st = (*target)->Detach(); !st.ok()) {
+    return Fail(kExitError, st, "Detach");
+  }
+  double sum = 0;
+  for (double x : timed) sum += x;
+  const double p50 = Percentile(timed, 0.5) * 1e6;
+  const double p99 = Percentile(timed, 0.99) * 1e6;
+  const double mean = timed.empty() ? 0 : sum / timed.size() * 1e6;
+  if (absl::GetFlag(FLAGS_json)) {
+    nlohmann::json out = {
+        {"replay",
+         {{"path", path},
+          {"address", address},
+          {"streamed", absl::GetFlag(FLAGS_stream)},
+          {"passes", static_cast<int64_t>(recorded->passes.size())},
+          {"warmup", static_cast<int64_t>(warmup)},
+          {"timed", static_cast<int64_t>(timed.size())},
+          {"operations", operations},
+          {"step_latency_us",
+           {{"p50", p50},
+            {"p99", p99},
+            {"mean", mean},
+            {"max", Percentile(timed, 1.0) * 1e6}}},
+          {"wall_seconds", wall_s},
+          {"passes_checked", checked},
+          {"mismatches", mismatches},
+          {"first_mismatch", first_mismatch},
+          {"step_us", all_us}}},
+        {"pool",
+         {{"num_slots", session.num_slots},
+          {"transfer", session.transfer.kind},
+          {"max_operations_per_step", session.max_operations_per_step}}},
+    };
+    std::printf("%s\n", out.dump().c_str());
+  } else {
+    std::printf(
+        "replayed %zu passes of %s (%zu timed, %lld operations) in %.2f s\n"
+        "step latency p50 %.1f us, p99 %.1f us, mean %.1f us\n"
+        "results: %lld passes checked against the record, %lld "
+        "differ%s%s\n",
+        recorded->passes.size(), path.c_str(), timed.size(),
+        static_cast<long long>(operations), wall_s, p50, p99, mean,
+        static_cast<long long>(checked), static_cast<long long>(mismatches),
+        first_mismatch.empty() ? "" : "; first: ", first_mismatch.c_str());
+  }
+  std::fflush(stdout);
+  if (mismatches > 0) {
+    std::fprintf(stderr,
+                 "statecache-loadgen: %lld replayed passes got other results "
+                 "than recorded (%s)\n",
+                 static_cast<long long>(mismatches), first_mismatch.c_str());
+    return kExitMismatch;
+  }
+  return kExitOk;
+}
+
 int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "statecache-loadgen --workload=FILE [--address=ADDR] "
@@ -130,6 +341,9 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "statecache-loadgen: unexpected argument '%s'\n",
                  rest[1]);
     return kExitUsage;
+  }
+  if (const std::string replay = absl::GetFlag(FLAGS_replay); !replay.empty()) {
+    return Replay(replay);
   }
   const std::string path = absl::GetFlag(FLAGS_workload);
   if (path.empty()) {
@@ -171,6 +385,22 @@ int Main(int argc, char** argv) {
               .readable_midstep = absl::GetFlag(FLAGS_readable_midstep)},
       .max_operations_per_step = 4096};
 
+  absl::StatusOr<std::FILE*> record_file =
+      OpenRecord(absl::GetFlag(FLAGS_record));
+  if (!record_file.ok()) return Fail(kExitUsage, record_file.status(), "flags");
+  // The record's `run`: what produced it.
+  auto record_run = [&](const std::string& target) {
+    return nlohmann::json{{"target", target},
+                          {"workload", path},
+                          {"policy", std::string(PolicyName(options->policy))},
+                          {"concurrency", options->concurrency},
+                          {"chunk_tokens", options->chunk_tokens},
+                          {"max_batch_tokens", options->max_batch_tokens},
+                          {"ladder_blocks", options->ladder_blocks},
+                          {"kv_blocks", options->kv_blocks},
+                          {"clear_index", options->clear_index}};
+  };
+
   if (daemon) {
     std::string address = absl::GetFlag(FLAGS_address);
     if (address.empty()) address = DefaultAddress();
@@ -199,8 +429,21 @@ int Main(int argc, char** argv) {
     absl::StatusOr<DaemonStats> before = (*target)->Stats();
     if (!before.ok()) return Fail(kExitError, before.status(), "GetStats");
     run.before = *before;
+    std::optional<RecordingTarget> recorder;
+    if (*record_file != nullptr) {
+      recorder.emplace(
+          **target, *record_file,
+          RecordHeader(identity, report.pool, record_run("daemon " + address)));
+    }
     absl::StatusOr<RunResult> result =
-        Simulate(*workload, *options, report.pool, **target);
+        recorder ? Simulate(*workload, *options, report.pool, *recorder)
+                 : Simulate(*workload, *options, report.pool, **target);
+    if (absl::Status st =
+            CloseRecord(*record_file, recorder ? &*recorder : nullptr);
+        !st.ok()) {
+      return Fail(kExitError, st, "--record");
+    }
+    *record_file = nullptr;
     if (!result.ok()) {
       return Fail(kExitError, result.status(), "the daemon run");
     }
@@ -229,8 +472,21 @@ int Main(int argc, char** argv) {
     absl::StatusOr<DaemonStats> before = (*target)->Stats();
     if (!before.ok()) return Fail(kExitError, before.status(), "GetStats");
     run.before = *before;
+    std::optional<RecordingTarget> recorder;
+    if (*record_file != nullptr) {
+      recorder.emplace(
+          **target, *record_file,
+          RecordHeader(identity, report.pool, record_run("in_process")));
+    }
     absl::StatusOr<RunResult> result =
-        Simulate(*workload, in_options, report.pool, **target);
+        recorder ? Simulate(*workload, in_options, report.pool, *recorder)
+                 : Simulate(*workload, in_options, report.pool, **target);
+    if (absl::Status st =
+            CloseRecord(*record_file, recorder ? &*recorder : nullptr);
+        !st.ok()) {
+      return Fail(kExitError, st, "--record");
+    }
+    *record_file = nullptr;
     if (!result.ok()) {
       return Fail(kExitError, result.status(), "the in-process run");
     }
