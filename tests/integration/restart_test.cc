@@ -142,6 +142,59 @@ TEST(RestartTest, RawKeepAliveShowsTheNewEpoch) {
   EXPECT_TRUE((*second)->StopCleanly().ok());
 }
 
+// What the proto says of a restart seen through a channel made before it:
+// a call may first fail UNAVAILABLE (retryable: the channel reconnects),
+// then the new daemon answers NOT_FOUND for the old session, with no epoch
+// on a unary call; a StepStream response carries the new epoch even when it
+// refuses the message, and so does GetStats.
+TEST(RestartTest, OldChannelSeesUnavailableOrNotFoundThenTheNewEpoch) {
+  auto dir = TempDir::Create();
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  const std::vector<std::string> flags = WithIdentity({"--num_slots=8"});
+  auto first = DaemonProcess::Start(flags, dir->path());
+  ASSERT_TRUE(first.ok()) << first.status();
+  RawStubs stubs((*first)->address());  // one channel, across the restart
+  v1::AttachRequest attach;
+  *attach.mutable_identity() = TestIdentityProto();
+  v1::AttachResponse attached;
+  ASSERT_TRUE(stubs.scheduler->Attach(Ctx().get(), attach, &attached).ok());
+  ASSERT_TRUE((*first)->StopCleanly().ok());
+  auto second = DaemonProcess::Start(flags, dir->path());
+  ASSERT_TRUE(second.ok()) << second.status();
+
+  v1::StepRequest step;
+  step.set_session_id(attached.session_id());
+  step.add_operations()->mutable_begin_pass();
+  v1::StepResponse response;
+  grpc::Status status = stubs.scheduler->Step(Ctx().get(), step, &response);
+  int unavailable = 0;
+  while (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    ASSERT_LT(++unavailable, 50) << "the old channel never reconnected";
+    auto context = Ctx();
+    context->set_wait_for_ready(true);  // a retry waits for the reconnect
+    status = stubs.scheduler->Step(context.get(), step, &response);
+  }
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND)
+      << status.error_message();
+  EXPECT_EQ(response.epoch(), 0u);  // a refused unary call carries none
+
+  v1::GetStatsResponse stats;
+  ASSERT_TRUE(stubs.admin->GetStats(Ctx().get(), {}, &stats).ok());
+  EXPECT_NE(stats.epoch(), attached.epoch());
+  {
+    auto context = Ctx();
+    auto stream = stubs.scheduler->StepStream(context.get());
+    ASSERT_TRUE(stream->Write(step));
+    ASSERT_TRUE(stream->Read(&response));
+    EXPECT_EQ(response.error_code(),
+              static_cast<int>(grpc::StatusCode::NOT_FOUND));
+    EXPECT_EQ(response.epoch(), stats.epoch());
+    ASSERT_TRUE(stream->WritesDone());
+    EXPECT_TRUE(stream->Finish().ok());
+  }
+  EXPECT_TRUE((*second)->StopCleanly().ok());
+}
+
 // gRPC would unlink a live daemon's socket and bind over it; statecached
 // refuses instead (exit 1, never ready) and the first daemon keeps serving.
 TEST(RestartTest, SecondDaemonOnALiveSocketIsRefused) {
