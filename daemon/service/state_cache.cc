@@ -9,6 +9,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "daemon/core/status_macros.h"
 #include "daemon/device/dtype.h"
 
@@ -1326,6 +1327,81 @@ void StateCache::ListSessions(v1::ListSessionsResponse* response) {
 PoolSnapshot StateCache::DumpPool() const {
   absl::MutexLock lock(&mu_);
   return pool_.Dump();
+}
+
+namespace {
+
+// "[(a,b) (c,d)]" for a dump's pairs.
+std::string Pairs(const std::vector<std::pair<int64_t, int64_t>>& pairs) {
+  return absl::StrCat(
+      "[",
+      absl::StrJoin(pairs, " ",
+                    [](std::string* out, const std::pair<int64_t, int64_t>& p) {
+                      absl::StrAppend(out, "(", p.first, ",", p.second, ")");
+                    }),
+      "]");
+}
+
+std::string List(const std::vector<int64_t>& values) {
+  return absl::StrCat("[", absl::StrJoin(values, " "), "]");
+}
+
+}  // namespace
+
+std::string StateCache::DebugDump() const {
+  absl::MutexLock lock(&mu_);
+  const PoolSnapshot pool = pool_.Dump();
+  std::string out = absl::StrCat(
+      "pool num_slots=", pool.num_slots, " free=", List(pool.free),
+      " checkpointed=", List(pool.checkpointed),
+      " speculative=", List(pool.speculative),
+      " hash_to_slot=", Pairs(pool.hash_to_slot),
+      " slot_hash=", List(pool.slot_hash), " pinned=", Pairs(pool.pinned),
+      " deferred=", List(pool.deferred),
+      " relocations=", Pairs(pool.relocations), " fates=", pool.fates.kept, "/",
+      pool.fates.dropped, "/", pool.fates.evicted, "/", pool.fates.orphaned,
+      "\n");
+  // Hash maps iterate in no fixed order: sort by id (and slot).
+  std::vector<const Session*> sessions;
+  for (const auto& [id, session] : sessions_) sessions.push_back(session.get());
+  std::sort(sessions.begin(), sessions.end(),
+            [](const Session* a, const Session* b) { return a->id < b->id; });
+  for (const Session* session : sessions) {
+    absl::StrAppend(&out, "session ", session->id, "\n");
+    std::vector<const Request*> requests;
+    for (const auto& [id, request] : session->requests) {
+      requests.push_back(request.get());
+    }
+    std::sort(requests.begin(), requests.end(),
+              [](const Request* a, const Request* b) { return a->id < b->id; });
+    for (const Request* r : requests) {
+      absl::StrAppend(&out, "  request ", r->id, " seqno=", r->seqno,
+                      " slots=", List(r->slots), " fork_src=", r->fork_src,
+                      " tokens=", r->num_tokens, " anchor=", r->anchor_pos,
+                      " reservations=[");
+      for (const Reservation& v : r->reservations) {
+        absl::StrAppend(&out, "(", v.slot, ",", v.position, ",", v.hash, ")");
+      }
+      absl::StrAppend(&out, "]\n");
+    }
+    std::vector<int64_t> pinned;
+    for (const auto& [slot, pin] : session->pins) pinned.push_back(slot);
+    std::sort(pinned.begin(), pinned.end());
+    for (int64_t slot : pinned) {
+      const SessionPin& pin = session->pins.at(slot);
+      std::vector<std::string> readers;
+      for (const Request* reader : pin.readers) readers.push_back(reader->id);
+      std::sort(readers.begin(), readers.end());
+      absl::StrAppend(&out, "  pin ", slot, " count=", pin.count,
+                      " deferred=", pin.deferred, " readers=[",
+                      absl::StrJoin(readers, " "), "]\n");
+    }
+    for (const PendingMove& m : session->moves) {
+      absl::StrAppend(&out, "  move ", m.request_id, "[", m.index, "] ",
+                      m.from_slot, "->", m.to_slot, "\n");
+    }
+  }
+  return out;
 }
 
 absl::Status StateCache::CheckInvariants() const {

@@ -183,6 +183,13 @@ class StateCache {
 
   // For tests: the pool's observable state and invariants.
   PoolSnapshot DumpPool() const ABSL_LOCKS_EXCLUDED(mu_);
+  // For tests and fuzzers: every structure a refused call must leave as it
+  // was, as one text to compare before and after: the pool's whole dump (LRU
+  // order and hash filings included) and each session's requests (slots,
+  // fork source, reservations, tokens, anchor), pins (count, deferral,
+  // readers) and pending moves, sessions and requests in id order. Leases
+  // (renewed by any call) are left out. O(pool + requests).
+  std::string DebugDump() const ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status CheckInvariants() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:

@@ -2,8 +2,9 @@
 // every kind, with arguments mostly from small domains (so requests, hashes
 // and slots collide and interact) and sometimes out of range (so every
 // refusal is reached); and what a client or operator can see of the daemon,
-// to check that a refusal changed none of it. No test framework here (the
-// fuzzers use it too); cache_with_memory.h has the tests' StateCache.
+// to check that a refusal changed none of it (nor anything behind it). No test
+// framework here (the fuzzers use it too); cache_with_memory.h has the tests'
+// StateCache.
 #ifndef STATECACHE_TESTS_SERVICE_RANDOM_OPERATIONS_H_
 #define STATECACHE_TESTS_SERVICE_RANDOM_OPERATIONS_H_
 
@@ -144,7 +145,10 @@ class Draw {
 };
 
 // What a client or operator can see of the daemon, less what a step renews
-// or time moves (leases, uptime).
+// or time moves (leases, uptime), and everything behind it that a later
+// call would act on (StateCache::DebugDump: the pool's whole dump, so a
+// refusal that reorders the LRU or re-files a hash without changing a count
+// shows, and each session's requests and pins).
 inline std::string Visible(StateCache& cache) {
   v1::GetStatsResponse stats;
   cache.GetStats(&stats);
@@ -156,6 +160,7 @@ inline std::string Visible(StateCache& cache) {
     absl::StrAppend(&out, " | ", s.session_id(), " requests=", s.requests(),
                     " slots=", s.slots(), " pins=", s.pins());
   }
+  absl::StrAppend(&out, "\n", cache.DebugDump());
   return out;
 }
 
