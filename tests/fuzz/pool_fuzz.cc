@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "daemon/core/slot_pool.h"
@@ -58,12 +60,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const TransferKind tk = kind == 0   ? TransferKind::kFork
                           : kind == 1 ? TransferKind::kReplay
                                       : TransferKind::kNone;
-  auto transfer = StateTransfer::Create(
-      tk, tk == TransferKind::kFork ? 1 + in.Byte() % 64 : 0,
-      tk != TransferKind::kNone && in.Byte() % 2);
+  // Each value drawn in a statement of its own (fuzz_input.h says why).
+  const int64_t fork_tokens =
+      tk == TransferKind::kFork ? 1 + in.Byte() % 64 : 0;
+  const bool readable_midstep = tk != TransferKind::kNone && in.Byte() % 2;
+  auto transfer = StateTransfer::Create(tk, fork_tokens, readable_midstep);
   if (!transfer.ok()) return 0;
-  auto made =
-      SlotPool::Create(in.Byte() % 33, *transfer, 64, in.Byte() % 16 != 0);
+  const int64_t num_slots = in.Byte() % 33;
+  const bool enabled = in.Byte() % 16 != 0;
+  auto made = SlotPool::Create(num_slots, *transfer, 64, enabled);
   if (!made.ok()) return 0;
   SlotPool pool = std::move(*made);
   std::vector<Reservation> reserved;  // what reserve_midstep handed out
@@ -110,8 +115,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 11: {
         std::vector<int64_t> hashes;
         for (int n = in.Byte() % 5; n > 0; --n) hashes.push_back(in.Hash());
-        status = pool.ResumableHit(in.Seq(), in.Small(), hashes, in.Byte() % 2)
-                     .status();
+        const Sequence seq = in.Seq();
+        const int64_t width = in.Small();
+        const bool claim = in.Byte() % 2;
+        status = pool.ResumableHit(seq, width, hashes, claim).status();
         break;
       }
       case 12:
@@ -120,7 +127,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 13: {
         std::vector<std::pair<int64_t, int64_t>> positions;
         for (int n = in.Byte() % 3; n > 0; --n) {
-          positions.emplace_back((in.Byte() % 4) * 64, in.Hash());
+          const int64_t position = (in.Byte() % 4) * 64;
+          positions.emplace_back(position, in.Hash());
         }
         auto r = pool.ReserveMidstep(in.Seq(), positions);
         status = r.status();
@@ -147,12 +155,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         }
         break;
       }
-      case 16:
-        status = pool.Checkpoint(in.Seq(), in.Small(), in.Hash()).status();
+      case 16: {
+        const Sequence seq = in.Seq();
+        const int64_t boundary = in.Small();
+        status = pool.Checkpoint(seq, boundary, in.Hash()).status();
         break;
-      case 17:
-        status = pool.RecordRelocation(in.Slot(), in.Slot());
+      }
+      case 17: {
+        const int64_t from = in.Slot();
+        status = pool.RecordRelocation(from, in.Slot());
         break;
+      }
       case 18:
         (void)pool.TakeRelocations();
         break;
@@ -165,9 +178,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 21:
         status = pool.Invalidate(in.Slot());
         break;
-      case 22:
-        status = pool.Pin(in.Slot(), in.Byte() % 2);
+      case 22: {
+        const int64_t slot = in.Slot();
+        status = pool.Pin(slot, in.Byte() % 2);
         break;
+      }
       case 23:
         status = pool.Unpin(in.Slot());
         break;
@@ -178,7 +193,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (in.Byte() % 2) {
           pool.ReleasePins();
         } else {
-          status = pool.ReleasePin(in.Slot(), in.Small());
+          const int64_t slot = in.Slot();
+          status = pool.ReleasePin(slot, in.Small());
         }
         break;
     }

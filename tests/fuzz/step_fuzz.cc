@@ -5,8 +5,12 @@
 // leases lapse, sessions detach or are evicted and the pool is resized.
 // After every call the daemon's invariants hold (the pool's own, and the
 // sessions' pins and slots agree with it); a step refused whole has changed
-// nothing a client or operator can see; and neither has a one-operation step
-// whose operation was refused, nor a resize refused on the spot.
+// nothing (not what a client or operator can see, nor the pool's whole dump
+// or any session's requests: Visible in random_operations.h); and neither
+// has a one-operation step whose operation was refused, nor a resize refused
+// on the spot. tests/fuzz/step_seeds/ (write_step_seeds.py) starts it from
+// every operation kind and action; the main build replays those seeds
+// (replay_main.cc).
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -54,7 +58,8 @@ void Bend(FuzzInput& in, v1::PackedOperations* packed) {
   switch (in.Byte() % 6) {
     case 0:
       if (packed->kinds_size() > 0) {
-        packed->set_kinds(in.Byte() % packed->kinds_size(), in.Byte() % 18);
+        const int index = in.Byte() % packed->kinds_size();
+        packed->set_kinds(index, in.Byte() % 18);
       }
       break;
     case 1:
@@ -68,8 +73,8 @@ void Bend(FuzzInput& in, v1::PackedOperations* packed) {
       break;
     case 4:
       if (packed->request_id_lengths_size() > 0) {
-        packed->set_request_id_lengths(
-            in.Byte() % packed->request_id_lengths_size(), in.Byte());
+        const int index = in.Byte() % packed->request_id_lengths_size();
+        packed->set_request_id_lengths(index, in.Byte());
       }
       break;
     case 5:
@@ -97,11 +102,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   options.num_slots = 1 + in.Byte() % 16;
   options.max_slots = 32;
   const uint8_t transfer = in.Byte() % 3;
-  options.transfer =
-      transfer == 0   ? *StateTransfer::Create(TransferKind::kFork,
-                                               1 + in.Byte() % 64, in.Byte() % 2)
-      : transfer == 1 ? *StateTransfer::Create(TransferKind::kReplay, 0, false)
+  if (transfer == 0) {
+    const int64_t fork_tokens = 1 + in.Byte() % 64;
+    const bool readable_midstep = in.Byte() % 2;
+    options.transfer = *StateTransfer::Create(TransferKind::kFork, fork_tokens,
+                                              readable_midstep);
+  } else {
+    options.transfer =
+        transfer == 1 ? *StateTransfer::Create(TransferKind::kReplay, 0, false)
                       : StateTransfer::None();
+  }
   options.lease_ttl = absl::Seconds(10);
   options.max_operations_per_step = 1 + in.Byte() % 12;
   options.epoch = 1;
