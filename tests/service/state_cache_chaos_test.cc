@@ -2,9 +2,11 @@
 // sessions send steps mixing valid and invalid operations of every kind,
 // while resizes, lease expiries, evictions and re-attaches happen between
 // them. After every call the core's invariants hold (pool, sessions, pins,
-// owners), and a refused one-operation step changes nothing a client or an
-// operator can see. The refusal tables elsewhere test each rule once; this
-// test looks for the interleavings nobody wrote down.
+// owners), and a refused one-operation step changes nothing: not what a
+// client or an operator can see, nor the pool's whole dump (LRU order, hash
+// filings) or any session's requests and pins. The refusal tables
+// elsewhere test each rule once; this test looks for the interleavings nobody
+// wrote down.
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
@@ -53,19 +55,36 @@ TEST(StateCacheChaosTest, RandomRunKeepsInvariantsAndRefusalsChangeNothing) {
       seed_env != nullptr ? std::strtoull(seed_env, nullptr, 10) : 20261129;
   SCOPED_TRACE(absl::StrCat("seed ", seed));
   Draw draw(seed);
-  int64_t steps = 0, refused_checked = 0, resizes = 0, expiries = 0;
+  // What the run did, counted by effect (not by the branch that tried it):
+  // pool size changes seen in the stats, leases that lapsed and pending
+  // resizes whose deadline ran out.
+  int64_t steps = 0, refused_checked = 0, grows = 0, shrinks = 0;
+  int64_t leases_lapsed = 0;
+  // Shared: a resize still pending when the test ends is answered by
+  // ~StateCache, after this scope's locals are gone.
+  auto resize_deadlines = std::make_shared<int64_t>(0);
+  auto stats = [&cache] {
+    v1::GetStatsResponse s;
+    cache->GetStats(&s);
+    return s;
+  };
+  int64_t capacity = stats().slots_total();
   for (int iteration = 0; iteration < 50000; ++iteration) {
     SCOPED_TRACE(absl::StrCat("iteration ", iteration));
     if (draw.Chance(2)) {  // a resize, often refused or waiting on pins
       v1::ResizeRequest req;
       req.set_target_slots(draw.Pick({-1, 0, 1, 4, 8, 12, 16, 24, 25}));
       req.set_deadline_ms(draw.Pick({0, 0, 5000}));
-      cache->Resize(req, [](absl::Status, const v1::ResizeResponse&) {});
-      ++resizes;
+      // `done` may run later, from a Step or a Tick.
+      cache->Resize(req, [resize_deadlines](absl::Status status,
+                                            const v1::ResizeResponse&) {
+        *resize_deadlines += absl::IsDeadlineExceeded(status);
+      });
     } else if (draw.Chance(2)) {  // time passes: leases lapse, resizes expire
+      const int64_t expired_before = stats().lease_expiries();
       clock.Advance(absl::Seconds(draw.Pick({1, 4, 11})));
       cache->Tick();
-      ++expiries;
+      leases_lapsed += stats().lease_expiries() - expired_before;
     } else if (draw.Chance(1)) {  // an operator evicts, or a client detaches
       const int64_t i = draw.Below(3);
       if (draw.Chance(50)) {
@@ -116,21 +135,30 @@ TEST(StateCacheChaosTest, RandomRunKeepsInvariantsAndRefusalsChangeNothing) {
     }
     const absl::Status invariants = cache->CheckInvariants();
     ASSERT_TRUE(invariants.ok()) << invariants;
+    // A resize takes effect at once (grow, or a shrink with room) or from a
+    // later Step or Tick: compare after every iteration.
+    const int64_t now_slots = stats().slots_total();
+    grows += now_slots > capacity;
+    shrinks += now_slots < capacity;
+    capacity = now_slots;
   }
   // The run did reach what it is meant to reach.
   EXPECT_GT(steps, 40000);
   EXPECT_GT(refused_checked, 5000);
-  EXPECT_GT(resizes, 500);
-  EXPECT_GT(expiries, 500);
-  v1::GetStatsResponse stats;
-  cache->GetStats(&stats);
-  EXPECT_GT(stats.checkpoints_kept(), 100) << stats.ShortDebugString();
-  EXPECT_GT(stats.resumes_fork(), 10) << stats.ShortDebugString();
-  EXPECT_GT(stats.lease_expiries(), 0) << stats.ShortDebugString();
+  EXPECT_GT(grows, 100);
+  EXPECT_GT(shrinks, 200);
+  EXPECT_GT(leases_lapsed, 200);
+  EXPECT_GT(*resize_deadlines, 5);
+  const v1::GetStatsResponse end = stats();
+  EXPECT_GT(end.checkpoints_kept(), 100) << end.ShortDebugString();
+  EXPECT_GT(end.resumes_fork(), 10) << end.ShortDebugString();
   RecordProperty("steps", static_cast<int>(steps));
   RecordProperty("refusals_checked", static_cast<int>(refused_checked));
-  RecordProperty("checkpoints_kept",
-                 static_cast<int>(stats.checkpoints_kept()));
+  RecordProperty("grows", static_cast<int>(grows));
+  RecordProperty("shrinks", static_cast<int>(shrinks));
+  RecordProperty("leases_lapsed", static_cast<int>(leases_lapsed));
+  RecordProperty("resize_deadlines", static_cast<int>(*resize_deadlines));
+  RecordProperty("checkpoints_kept", static_cast<int>(end.checkpoints_kept()));
 }
 
 }  // namespace
