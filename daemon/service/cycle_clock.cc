@@ -1,5 +1,7 @@
 #include "daemon/service/cycle_clock.h"
 
+#include <chrono>
+#include <cstdint>
 #include <ratio>
 
 #if defined(__x86_64__)
@@ -24,19 +26,44 @@ bool HasInvariantTsc() {
 #endif
 }
 
+using std::chrono::steady_clock;
+
+// Both clocks at one instant: a steady_clock read between two tick reads,
+// the tick taken as their midpoint. Of a few tries the narrowest pair wins,
+// so a preemption or interrupt between the reads (which would skew the
+// calibration by its whole length) is not what is kept.
+struct Instant {
+  steady_clock::time_point steady;
+  double ticks = 0;
+};
+Instant ReadBoth() {
+  Instant best;
+  uint64_t best_width = ~uint64_t{0};
+  for (int i = 0; i < 8; ++i) {
+    const uint64_t before = CycleClock::Now();
+    const steady_clock::time_point steady = steady_clock::now();
+    const uint64_t after = CycleClock::Now();
+    // (A thread moved to another core may read a TSC a little behind.)
+    const uint64_t width = after >= before ? after - before : ~uint64_t{0};
+    if (i == 0 || width < best_width) {
+      best_width = width;
+      best = {steady, static_cast<double>(before) + (after - before) / 2.0};
+    }
+  }
+  return best;
+}
+
 // Ticks against steady_clock over `window` (a busy wait: this runs once,
-// and sleeping would only make the window less exact).
+// and sleeping would only make the window less exact; a preemption inside
+// it costs nothing, both clocks run on).
 double CalibrateSecondsPerTick(std::chrono::nanoseconds window) {
-  using std::chrono::steady_clock;
-  const steady_clock::time_point t0 = steady_clock::now();
-  const uint64_t c0 = CycleClock::Now();
-  steady_clock::time_point t1;
-  do {
-    t1 = steady_clock::now();
-  } while (t1 - t0 < window);
-  const uint64_t c1 = CycleClock::Now();
-  const double seconds = std::chrono::duration<double>(t1 - t0).count();
-  return c1 > c0 ? seconds / static_cast<double>(c1 - c0) : 1e-9;
+  const Instant t0 = ReadBoth();
+  while (steady_clock::now() - t0.steady < window) {
+  }
+  const Instant t1 = ReadBoth();
+  const double seconds =
+      std::chrono::duration<double>(t1.steady - t0.steady).count();
+  return t1.ticks > t0.ticks ? seconds / (t1.ticks - t0.ticks) : 1e-9;
 }
 
 }  // namespace
