@@ -157,8 +157,31 @@ TEST(StreamingCopyTest, EveryAlignmentAndLength) {
 }
 
 TEST(HostCopyTest, EmptyTableIsANoOp) {
-  HostCopier copier({.num_threads = 2, .inline_bytes = 0});
-  copier.Run({}, nullptr, nullptr);
+  // Nothing is written for an empty table, nor for one of zero-byte
+  // descriptors, on the caller or the pool; and the copier still copies the
+  // next table whole (an empty job must not leave the pool waiting).
+  const uint64_t kBytes = 4 << 20;
+  for (const HostCopierOptions& options :
+       {HostCopierOptions{.num_threads = 2, .inline_bytes = 0},
+        HostCopierOptions{
+            .num_threads = 3, .inline_bytes = 0, .min_share_bytes = 1}}) {
+    HostCopier copier(options);
+    std::vector<uint8_t> src(kBytes), dst(kBytes, 0xEE);
+    std::mt19937_64 rng(5);
+    for (uint8_t& x : src) x = static_cast<uint8_t>(rng());
+    const std::vector<uint8_t> src_before = src;
+    copier.Run({}, src.data(), dst.data());
+    EXPECT_EQ(dst, std::vector<uint8_t>(kBytes, 0xEE));
+    const std::vector<CopyDescriptor> zero_bytes = {{0, 0, 0},
+                                                    {64, kBytes - 1, 0}};
+    copier.Run(zero_bytes, src.data(), dst.data());
+    EXPECT_EQ(dst, std::vector<uint8_t>(kBytes, 0xEE));
+    copier.Run({}, src.data(), src.data());
+    EXPECT_EQ(src, src_before);
+    const std::vector<CopyDescriptor> whole = {{0, 0, kBytes}};
+    copier.Run(whole, src.data(), dst.data());
+    EXPECT_EQ(dst, src) << "threads " << options.num_threads;
+  }
 }
 
 }  // namespace
