@@ -5,6 +5,10 @@
                      accepts without a word, fresh and after traffic
     ScenarioTest     a scenario whose every counter and gauge is worked out
                      by hand below, asserted exactly
+    LabelTest        every family the README's metrics table documents is
+                     exported with its type and exactly its label names, and
+                     each documented label value is exported and moves when
+                     the thing it names happens
     PrometheusTest   a real Prometheus server, configured from
                      deploy/prometheus/prometheus.yml, scrapes the daemon
 
@@ -13,6 +17,7 @@ Run by ctest (ctest -L metrics); see harness.py for the arguments.
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -114,13 +119,15 @@ class ScrapeTest(unittest.TestCase):
         # families its rules and dashboard may name) is really exported.
         listed = os.path.join(harness.ARGS.source_dir, "tests", "deploy",
                               "statecache_metrics.txt")
-        if os.path.exists(listed):
-            with open(listed) as f:
-                for line in f:
-                    fields = line.split("#", 1)[0].split()
-                    if fields and fields[0].startswith("statecache_"):
-                        self.assertEqual(types.get(fields[0]), fields[1],
-                                         "%s: %s" % (listed, line.strip()))
+        checked = 0
+        with open(listed) as f:  # missing: deploy/ would be checked against nothing
+            for line in f:
+                fields = line.split("#", 1)[0].split()
+                if fields and fields[0].startswith("statecache_"):
+                    self.assertEqual(types.get(fields[0]), fields[1],
+                                     "%s: %s" % (listed, line.strip()))
+                    checked += 1
+        self.assertGreaterEqual(checked, 20, "%s lists almost nothing" % listed)
 
 
 class ScenarioTest(unittest.TestCase):
@@ -317,6 +324,178 @@ class ScenarioTest(unittest.TestCase):
         self.assertEqual((status, output), (0, ""))
 
 
+def config_rule_files(config):
+    """The rule files a Prometheus config (as written by config_from_deploy) loads."""
+    import yaml
+    with open(config) as f:
+        return yaml.safe_load(f).get("rule_files") or []
+
+
+def documented_metrics():
+    """{family: (type, {label: set of documented values, or None})} from the
+    README's metrics table (| `name`[, `name`] | type | labels | meaning |).
+    `..._x_total` after a name is that name with its last words replaced."""
+    path = os.path.join(harness.ARGS.source_dir, "README.md")
+    families = {}
+    with open(path) as f:
+        for line in f:
+            if not line.startswith("| `statecache_"):
+                continue
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            names = re.findall(r"`([^`]+)`", cells[0])
+            kind = cells[1].split()[0]
+            labels = {}
+            if "=" in cells[2]:
+                label, _, values = cells[2].partition("=")
+                labels[re.findall(r"`([^`]+)`", label)[0]] = set(re.findall(r"`([^`]+)`", values))
+            else:
+                labels = {name: None for name in re.findall(r"`([^`]+)`", cells[2])}
+            first = names[0]
+            for name in names:
+                if name.startswith("..._"):
+                    suffix = name[4:].split("_")
+                    name = "_".join(first.split("_")[:-len(suffix)] + suffix)
+                families[name] = (kind, labels)
+    return families
+
+
+class LabelTest(unittest.TestCase):
+    """The README's metrics table against what the daemon exports.
+
+    Every documented family is exported with its documented type and exactly
+    its documented label names, and no statecache_ family goes undocumented.
+    A label the table lists values for (state, outcome, direction, reason)
+    is exported with exactly those values, each of which moves when the
+    scenario below makes the thing it names happen; op, method and code take
+    the values the proto and gRPC define.
+
+    The daemon has state memory (a tiny --layout), so copy and snapshot run
+    and a shrink moves slot content: reason=copy|snapshot|relocation.
+    """
+
+    LAYOUT = {"format": "statecache-layout/v1", "name": "tiny", "num_layers": 1,
+              "tensors": [{"name": "ssm", "dtype": "f32", "shape": [256]}]}
+
+    def setUp(self):
+        self.layout_dir = tempfile.mkdtemp(prefix="scm-layout-")
+        layout = os.path.join(self.layout_dir, "tiny.json")
+        with open(layout, "w") as f:
+            json.dump(self.LAYOUT, f)
+        self.daemon = Daemon(["--num_slots=4", "--max_slots=8", "--hash_block_size=4",
+                              "--transfer=fork", "--fork_tokens=1", "--layout=" + layout])
+        self.driver = Driver(self.daemon)
+
+    def tearDown(self):
+        self.driver.close()
+        self.daemon.stop()
+        shutil.rmtree(self.layout_dir, ignore_errors=True)
+
+    def ok(self, results, expected_codes=None):
+        codes = [r.code for r in results]
+        self.assertEqual(codes, expected_codes or [OK] * len(results),
+                         [r.message for r in results])
+        return results
+
+    def test_documented_families_labels_and_values(self):
+        documented = documented_metrics()
+        self.assertGreaterEqual(len(documented), 25, "the README's metrics table was not read")
+        m = self.daemon.metrics()
+        types = dict(re.findall(r"^# TYPE (\S+) (\S+)$", m.text, re.M))
+        exported = {n for n in types if n.startswith("statecache_")}
+        self.assertEqual(exported - set(documented), set(), "exported, not in the README's table")
+        self.assertEqual(set(documented) - exported, set(), "in the README's table, not exported")
+
+        # Type and label names, on every series of the family.
+        for name, (kind, labels) in sorted(documented.items()):
+            self.assertEqual(types[name], kind, name)
+            series = {"": m.series(name)} if kind != "histogram" else {
+                suffix: m.series(name + suffix) for suffix in ("_bucket", "_sum", "_count")}
+            for suffix, by_labels in series.items():
+                self.assertTrue(by_labels, "%s%s has no series" % (name, suffix))
+                for label_set in by_labels:
+                    names = {k for k, _ in label_set} - ({"le"} if suffix == "_bucket" else set())
+                    self.assertEqual(names, set(labels), "%s%s%s" % (name, suffix,
+                                                                     dict(label_set)))
+
+        # Label values: documented lists exactly; the others from their source.
+        pb2 = harness.stubs()[0]
+        operations = {f.name for f in pb2.Operation.DESCRIPTOR.oneofs_by_name["kind"].fields}
+        methods = {method.name for service in ("StateCache", "StateCacheAdmin")
+                   for method in pb2.DESCRIPTOR.services_by_name[service].methods}
+        codes = {c.name for c in self.driver.grpc.StatusCode}
+        with open(os.path.join(harness.ARGS.source_dir, "CMakeLists.txt")) as f:
+            version = re.search(r"project\(statecache VERSION (\S+)", f.read()).group(1)
+        from_source = {"op": lambda v: self.assertEqual(v, operations),
+                       "method": lambda v: self.assertEqual(v, methods),
+                       "code": lambda v: self.assertLessEqual(v, codes),
+                       "version": lambda v: self.assertEqual(v, {version}),
+                       "backend": lambda v: self.assertEqual(v, {self.driver.stats().backend})}
+        for name, (kind, labels) in sorted(documented.items()):
+            family = name + ("_count" if kind == "histogram" else "")
+            for label, values in labels.items():
+                exported_values = {dict(ls)[label] for ls in m.series(family)}
+                with self.subTest(family=name, label=label):
+                    if values is not None:
+                        self.assertEqual(exported_values, values)
+                    else:
+                        self.assertIn(label, from_source, "%s: no source for %s's values"
+                                      % (name, label))
+                        from_source[label](exported_values)
+
+        # Each documented value moves when what it names happens.
+        moved = set()  # (family, label, value) seen above zero
+
+        def scrape():
+            now = self.daemon.metrics()
+            for name, (_, labels) in documented.items():
+                for label, values in labels.items():
+                    for value in values or ():
+                        if now.value(name, **{label: value}) > 0:
+                            moved.add((name, label, value))
+            return now
+
+        d, pb = self.driver, self.driver.pb2
+        H = 4242
+        s = d.attach("labels", hash_block_size=4)
+        scrape()  # vacant
+        # c0 checkpointed at 2 blocks and released: slot 0 is held (H).
+        self.ok(d.step(s, d.begin_pass(), d.admit("c0", anchor_pos=8),
+                       d.checkpoint("c0", 2, H, anchor_pos=8), d.release("c0")))
+        scrape()  # held
+        # A miss, and a fork from H into a free slot (pins 0).
+        r = self.ok(d.step(s, d.begin_pass(),
+                           d.admit("m", anchor_pos=8, hashes=[91, 92], kv_hit=2),
+                           d.admit("f", anchor_pos=8, hashes=[93, H], kv_hit=2)))
+        self.assertEqual([x.admit.fork_src for x in r[1:]], [-1, 0])
+        scrape()  # used, miss, fork
+        # Pin returned; x takes the last vacant slot, so a claims 0 itself.
+        r = self.ok(d.step(s, d.begin_pass(), d.admit("x", anchor_pos=8),
+                           d.admit("a", anchor_pos=8, hashes=[94, H], kv_hit=2)))
+        self.assertTrue(r[2].admit.adopted, r[2])
+        scrape()  # adopt
+        self.ok(d.step(s, *[d.release(x) for x in ("m", "f", "x", "a")]))
+        # copy between a request's two slots, and a snapshot of its state.
+        self.ok(d.step(s, d.begin_pass(), d.admit("w", anchor_pos=8, width=2),
+                       pb.Operation(copy=pb.Copy(request_id="w", from_index=0, to_index=1)),
+                       pb.Operation(snapshot=pb.Snapshot(request_id="w", position=8, hash=77)),
+                       d.release("w")))
+        scrape()  # copy, snapshot
+        # grow, then a shrink that moves the one live request down.
+        d.resize(6)
+        r = self.ok(d.step(s, d.begin_pass(),
+                           *[d.admit("p%d" % i, anchor_pos=8) for i in range(4)]))
+        top = max(range(4), key=lambda i: r[1 + i].admit.slots[0])
+        self.ok(d.step(s, *[d.release("p%d" % i) for i in range(4) if i != top]))
+        shrunk = d.resize(1)
+        self.assertEqual(shrunk.num_slots, 1)
+        self.assertGreaterEqual(shrunk.relocated, 1)  # the live request, at least
+        scrape()  # grow, shrink, relocation
+        every = {(name, label, value) for name, (_, labels) in documented.items()
+                 for label, values in labels.items() for value in values or ()}
+        self.assertGreaterEqual(len(every), 14)  # state 3, outcome 3, direction 2, reason 3 x 2
+        self.assertEqual(every - moved, set(), "documented values that never moved")
+
+
 class PrometheusTest(unittest.TestCase):
     """A real Prometheus server scrapes the daemon, configured from deploy/."""
 
@@ -341,7 +520,7 @@ class PrometheusTest(unittest.TestCase):
     def config_from_deploy(self):
         """deploy/prometheus/prometheus.yml, pointed at this test's daemon."""
         import yaml
-        deploy = os.path.join(harness.ARGS.source_dir, "deploy", "prometheus")
+        deploy = os.path.abspath(os.path.join(harness.ARGS.source_dir, "deploy", "prometheus"))
         path = os.path.join(deploy, "prometheus.yml")
         if not os.path.exists(path):
             self.fail("%s is missing: the Prometheus test configures the server from it"
@@ -368,11 +547,12 @@ class PrometheusTest(unittest.TestCase):
         return out, len(config["rule_files"])
 
     def query(self, port, promql):
+        """The query's result (a list, empty when nothing matched yet). The
+        server is ready when this is called: any other answer fails."""
         url = "http://127.0.0.1:%d/api/v1/query?%s" % (
             port, urllib.parse.urlencode({"query": promql}))
         status, body = harness.http_get(url)
-        if status != 200:
-            return None
+        self.assertEqual(status, 200, "%s: %s" % (promql, body))
         reply = json.loads(body)
         self.assertEqual(reply["status"], "success", body)
         return reply["data"]["result"]
@@ -415,23 +595,43 @@ class PrometheusTest(unittest.TestCase):
         up = self.query(port, 'up{job="statecache"} == 1')
         self.assertEqual(len(up or []), 1, up)
 
-        # The operators' queries (README, "For operators") evaluate.
-        for promql in [
-                "sum(rate(statecache_resume_blocks_resumed_total[5m])) / "
-                "sum(rate(statecache_resume_blocks_wanted_total[5m]))",
-                "rate(statecache_checkpoints_evicted_total[5m])",
-                'statecache_slots{state="vacant"}',
-                "histogram_quantile(0.99, sum by (le, method) "
-                "(rate(statecache_rpc_duration_seconds_bucket[5m])))"]:
-            self.assertIsNotNone(self.query(port, promql), promql)
-        self.assertEqual(len(self.query(port, 'statecache_slots{state="vacant"}')), 1)
+        # The operators' queries (README, "For operators") evaluate to the
+        # series they are meant to give (an empty result would say nothing):
+        # rates need two scrapes, so wait for them. (query, labels each
+        # series has, how many series)
+        methods = len(harness.stubs()[0].DESCRIPTOR.services_by_name["StateCache"].methods) + \
+            len(harness.stubs()[0].DESCRIPTOR.services_by_name["StateCacheAdmin"].methods)
+        for promql, labels, count in [
+                ("sum(rate(statecache_resume_blocks_resumed_total[5m])) / "
+                 "sum(rate(statecache_resume_blocks_wanted_total[5m]))", set(), 1),
+                ("rate(statecache_checkpoints_evicted_total[5m])", {"job", "instance"}, 1),
+                ('statecache_slots{state="vacant"}', {"__name__", "job", "instance", "state"}, 1),
+                ("histogram_quantile(0.99, sum by (le, method) "
+                 "(rate(statecache_rpc_duration_seconds_bucket[5m])))", {"method"}, methods)]:
+            result = wait_for("a result for %s" % promql,
+                              lambda: self.query(port, promql),
+                              deadline_s=self.DEADLINE_S, interval_s=0.2)
+            self.assertEqual(len(result), count, (promql, result))
+            for series in result:
+                self.assertEqual(set(series["metric"]), labels, (promql, series))
+                float(series["value"][1])  # a number (NaN for 0/0 is one)
+        vacant = self.query(port, 'statecache_slots{state="vacant"}')
+        self.assertEqual(float(vacant[0]["value"][1]), 48)
 
-        # The deploy rules were loaded with the config.
-        if num_rule_files:
-            status, body = harness.http_get("http://127.0.0.1:%d/api/v1/rules" % port)
-            self.assertEqual(status, 200, body)
-            groups = json.loads(body)["data"]["groups"]
-            self.assertTrue(groups, "the deploy rule files loaded no rule group")
+        # The deploy rules were loaded with the config: every group of every
+        # rule file, by name.
+        self.assertGreater(num_rule_files, 0, "deploy/prometheus/prometheus.yml loads no "
+                           "rule files; the alerts would never be evaluated")
+        import yaml
+        wanted = set()
+        for path in config_rule_files(config):
+            with open(path) as f:
+                wanted.update(g["name"] for g in yaml.safe_load(f)["groups"])
+        status, body = harness.http_get("http://127.0.0.1:%d/api/v1/rules" % port)
+        self.assertEqual(status, 200, body)
+        loaded = {g["name"] for g in json.loads(body)["data"]["groups"]}
+        self.assertTrue(wanted, "the deploy rule files define no rule group")
+        self.assertEqual(loaded, wanted, body)
 
 
 if __name__ == "__main__":
