@@ -12,7 +12,6 @@ failure is the breakage's and not the copy's.
 
 import concurrent.futures
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -208,15 +207,7 @@ def main():
         if unbroken:
             print("0 passed, %d failed" % len(unbroken))
             return 1
-        cases = CASES
-        kubectl = shutil.which("kubectl")
-        version = subprocess.run([kubectl, "version", "--client"], stdout=subprocess.PIPE,
-                                 stderr=subprocess.STDOUT, universal_newlines=True).stdout if kubectl else ""
-        if "Kustomize Version: v" not in version or re.search(r"Kustomize Version: v[0-3]\.", version):
-            # kubectl 1.20 renders base/ only (check_kubernetes.py says why).
-            cases = [c for c in CASES if "kubernetes/overlays/" not in c[1]]
-            print("note: kubectl older than 1.21: overlay cases skipped")
-        results = list(pool.map(lambda case: run_case(deploy, repo, case), cases))
+        results = list(pool.map(lambda case: run_case(deploy, repo, case), CASES))
     for _, line in results:
         print(line)
     passed = sum(1 for ok, _ in results if ok)

@@ -5,7 +5,14 @@
 
 What kubectl can do without a cluster, it does: `kubectl kustomize` renders
 deploy/kubernetes, base/ and every overlay (a broken kustomization, patch or
-manifest fails here). Every kubectl validation mode needs an API server
+manifest fails here). Directory resources and inline `patches` need
+kustomize v4+ (kubectl 1.21+); Debian 12's kubernetes-client is kubectl
+1.20, whose kustomize v2.0 reads neither. So each kustomization is also
+translated into what v2 reads (directory resources as `bases`, inline JSON
+patches as `patchesJson6902` files): an old kubectl renders the translation
+(anything the translation cannot express fails), and a new one renders both
+and requires the same objects from each, so the translation an old kubectl
+relies on is itself checked wherever a new one runs. Every kubectl validation mode needs an API server
 (`kubectl apply|create --dry-run=client` still asks the server for its API
 groups, with or without --validate=false), so the rendered objects are
 validated against the Kubernetes API types of Debian's python3-kubernetes
@@ -20,10 +27,12 @@ the containers', selectors select, job="statecache", flags exist in the
 daemon, and the grace period outlasts --shutdown_grace.
 """
 
+import json
 import os
 import re
 import shutil
 import sys
+import tempfile
 
 import yaml
 
@@ -139,6 +148,66 @@ def render(kubectl, directory, failures):
     # which run() merges: keep only the documents.
     start = output.find("apiVersion:")
     return [d for d in yaml.safe_load_all(output[start:]) if d]
+
+
+# The kustomization fields kustomize v2.0 (kubectl 1.20) knows.
+KUSTOMIZE_V2_FIELDS = {
+    "apiVersion", "kind", "resources", "bases", "namespace", "namePrefix", "nameSuffix",
+    "commonLabels", "commonAnnotations", "patchesStrategicMerge", "patchesJson6902",
+    "configMapGenerator", "secretGenerator", "generatorOptions", "images", "vars", "crds",
+    "configurations"}
+
+
+def translate_for_kustomize_v2(root, out, api_versions, failures):
+    """Copies the kustomization tree `root` to `out`, in what kustomize v2 reads.
+
+    `api_versions` maps (kind, name) to the apiVersion of every object a patch
+    may target (v2's patchesJson6902 targets name group and version too).
+    """
+    shutil.copytree(root, out)
+    for directory, _, files in os.walk(out):
+        if "kustomization.yaml" not in files:
+            continue
+        path = os.path.join(directory, "kustomization.yaml")
+        where = os.path.join("kubernetes", os.path.relpath(path, out))
+        with open(path) as f:
+            k = yaml.safe_load(f)
+        resources = k.get("resources") or []
+        bases = [r for r in resources if os.path.isdir(os.path.join(directory, r))]
+        if bases:
+            k["resources"] = [r for r in resources if r not in bases]
+            if not k["resources"]:
+                del k["resources"]
+            k["bases"] = (k.get("bases") or []) + bases
+        json_patches = []
+        for i, patch in enumerate(k.pop("patches", None) or []):
+            target = patch.get("target") or {}
+            ops = yaml.safe_load(patch["patch"]) if isinstance(patch.get("patch"), str) else None
+            if (set(patch) != {"target", "patch"} or set(target) != {"kind", "name"}
+                    or not isinstance(ops, list)):
+                failures.add(where, "patch %d cannot be translated for kustomize v2 (only inline "
+                             "JSON patches with a kind and name target can): render it with "
+                             "kubectl 1.21 or later" % i)
+                continue
+            api = api_versions.get((target["kind"], target["name"]))
+            if not failures.check(api, where, "patch %d targets %s %s, which base/ does not "
+                                  "define" % (i, target["kind"], target["name"])):
+                continue
+            group, _, version = api.rpartition("/")
+            v2_target = {"version": version, "kind": target["kind"], "name": target["name"]}
+            if group:
+                v2_target["group"] = group
+            name = "patch-%d.json" % i
+            with open(os.path.join(directory, name), "w") as f:
+                json.dump(ops, f)
+            json_patches.append({"target": v2_target, "path": name})
+        if json_patches:
+            k["patchesJson6902"] = (k.get("patchesJson6902") or []) + json_patches
+        for field in sorted(set(k) - KUSTOMIZE_V2_FIELDS):
+            failures.add(where, "field %r is not one kustomize v2 knows: render it with "
+                         "kubectl 1.21 or later" % field)
+        with open(path, "w") as f:
+            yaml.safe_dump(k, f)
 
 
 def check_deployment(objects, where, failures, flags, device_of):
@@ -286,19 +355,42 @@ def main():
     validator = Validator(failures)
     overlays = sorted(os.path.join(root, "overlays", d) for d in os.listdir(os.path.join(root, "overlays")))
     targets = [root, os.path.join(root, "base")] + overlays
-    # Directory resources and inline `patches` need kustomize v4+ (kubectl
-    # 1.21+). Debian 12's kubernetes-client is kubectl 1.20 (kustomize
-    # v2.0.3): with it only base/ can be rendered.
+    # kubectl 1.20 prints no kustomize version; 1.21+ prints v4 or later.
     _, version = deploylib.run([kubectl, "version", "--client"])
     match = re.search(r"Kustomize Version: v(\d+)", version)
-    if not match or int(match.group(1)) < 4:
-        failures.note("this kubectl embeds kustomize older than v4 (%s): only base/ rendered; "
-                      "deploy/kubernetes and its overlays need kubectl 1.21 or later" %
-                      (version.strip().splitlines() or ["?"])[0][:80])
-        targets = [os.path.join(root, "base")]
+    old_kustomize = not match or int(match.group(1)) < 4
+    # base/ itself is what both kustomize generations read.
+    base_objects = render(kubectl, os.path.join(root, "base"), failures)
+    api_versions = {(o.get("kind"), o.get("metadata", {}).get("name")): o.get("apiVersion")
+                    for o in base_objects}
+    tmp = tempfile.mkdtemp(prefix="check-kubernetes-")
+    try:
+        translated = os.path.join(tmp, "kubernetes")
+        translate_for_kustomize_v2(root, translated, api_versions, failures)
+        def in_translation(target):
+            return os.path.join(translated, os.path.relpath(target, root))
+        rendered = {}
+        if old_kustomize:
+            failures.note("this kubectl embeds kustomize older than v4 (%s): every kustomization "
+                          "rendered through its kustomize-v2 translation" %
+                          (version.strip().splitlines() or ["?"])[0][:80])
+            for target in targets:
+                rendered[target] = render(kubectl, in_translation(target), failures)
+        else:
+            for target in targets:
+                rendered[target] = render(kubectl, target, failures)
+                # What an old kubectl would render instead must be the same.
+                as_v2 = render(kubectl, in_translation(target), failures)
+                key = lambda o: (o.get("kind"), o.get("metadata", {}).get("name"))
+                failures.check(sorted(as_v2, key=key) == sorted(rendered[target], key=key),
+                               os.path.relpath(target, deploy),
+                               "its kustomize-v2 translation (what kubectl 1.20 renders) gives "
+                               "other objects")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     summary = []
     for target in targets:
-        objects = render(kubectl, target, failures)
+        objects = rendered[target]
         where = os.path.relpath(target, deploy)
         for obj in objects:
             validator.object(obj, "%s: %s %s" % (where, obj.get("kind"), obj.get("metadata", {}).get("name")))
@@ -314,7 +406,9 @@ def main():
                                "container %s requests no GPU" % container["name"])
         summary.append("%s: %d objects, %s daemons" % (where, len(objects), count))
     print("\n".join(summary))
-    failures.done("%d kustomizations rendered and validated" % len(targets))
+    failures.done("%d kustomizations rendered and validated, %s" % (
+        len(targets), "through their kustomize-v2 translation" if old_kustomize
+        else "each also through its kustomize-v2 translation, the same objects"))
 
 
 if __name__ == "__main__":
