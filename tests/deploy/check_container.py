@@ -17,6 +17,8 @@ this reads the recipe the way a builder would and checks what it can.
   or build tool, and ENTRYPOINT and HEALTHCHECK programs are put there by a
   COPY;
 - the flags in CMD exist in the daemon;
+- every shell-form RUN script passes shellcheck (warnings and up), as the
+  builder's /bin/sh gets it;
 - where this machine runs the base image's Debian release, every package the
   recipe names is one apt knows (apt-cache show, no network), and, given the
   built statecached and statecachectl in BINDIR, the build stage's
@@ -201,6 +203,19 @@ def main():
                 target = dest if not dest.endswith("/") else dest + os.path.basename(source.rstrip("/"))
                 stage["copied"].add(target)
                 stage["copied"].add(dest)
+        if word == "SHELL":
+            try:
+                stage["shell"] = json_form(args)
+            except ValueError as error:
+                failures.add(where, "SHELL: %s" % error)
+        if word == "RUN" and not args.startswith("["):
+            # Shell form: the builder runs it with `sh -c` (or the stage's
+            # SHELL), continuation lines joined and comments dropped, as
+            # logical_lines() reads it.
+            shell = (stage.get("shell") or ["/bin/sh", "-c"])[0]
+            shell = {"/bin/sh": "sh", "/bin/bash": "bash", "/bin/dash": "dash"}.get(shell)
+            if failures.check(shell, where, "RUN under a SHELL shellcheck cannot read"):
+                deploylib.check_shell(args, shell, where + ": RUN", failures)
         if word == "RUN":
             known = dict(global_args, **stage.get("args", {}))
             expanded = re.sub(r"\$\{(\w+)\}", lambda m: known.get(m.group(1), m.group(0)), args)

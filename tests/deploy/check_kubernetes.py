@@ -20,6 +20,8 @@ validated against the Kubernetes API types of Debian's python3-kubernetes
 missing required fields are errors), and the ServiceMonitor against the
 fields of monitoring.coreos.com/v1 that it uses.
 
+The init container's shell script is shellchecked as its shell will get it.
+
 Then what no schema knows: per-GPU container i really is daemon i (device,
 socket, metrics port, probe address), the init container prepares exactly
 those socket directories, the Service and ServiceMonitor ports line up with
@@ -210,6 +212,31 @@ def translate_for_kustomize_v2(root, out, api_versions, failures):
             yaml.safe_dump(k, f)
 
 
+SHELLS = {"/bin/sh": "sh", "sh": "sh", "/bin/bash": "bash", "bash": "bash"}
+
+
+def check_scripts(objects, where, failures, checked):
+    """shellcheck on every `sh -c SCRIPT` a container (or init container)
+    runs, as the shell gets it: after Kubernetes expands $(VAR) from the
+    container's env ($$ is a literal $). `checked` holds the scripts already
+    checked (the same init script renders in every kustomization)."""
+    for obj in objects:
+        spec = obj.get("spec", {}).get("template", {}).get("spec", {})
+        for container in spec.get("initContainers", []) + spec.get("containers", []):
+            argv = list(container.get("command") or []) + list(container.get("args") or [])
+            if len(argv) < 3 or argv[0] not in SHELLS or argv[1] != "-c":
+                continue
+            env = {e["name"]: e.get("value", "") for e in container.get("env", [])}
+            script = re.sub(r"\$\$|\$\((\w+)\)",
+                            lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)),
+                            argv[2])
+            if (script, argv[0]) in checked:
+                continue
+            checked.add((script, argv[0]))
+            deploylib.check_shell(script, SHELLS[argv[0]], "%s: %s %s: container %s" % (
+                where, obj["kind"], obj["metadata"]["name"], container["name"]), failures)
+
+
 def check_deployment(objects, where, failures, flags, device_of):
     """The cross-object consistency of one rendered deployment."""
     by_kind = {}
@@ -389,9 +416,11 @@ def main():
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     summary = []
+    scripts = set()
     for target in targets:
         objects = rendered[target]
         where = os.path.relpath(target, deploy)
+        check_scripts(objects, where, failures, scripts)
         for obj in objects:
             validator.object(obj, "%s: %s %s" % (where, obj.get("kind"), obj.get("metadata", {}).get("name")))
         if not objects:

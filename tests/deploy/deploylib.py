@@ -8,6 +8,7 @@ with each other.
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -306,3 +307,37 @@ def parse_duration_seconds(text):
     for number, unit in parts:
         total += float(number) * units[unit]
     return total
+
+
+# ------------------------------------------------------------------ shell
+
+def shellcheck_program():
+    """shellcheck, as the deploy checks' CMake passes it ($SHELLCHECK) or on PATH."""
+    return shutil.which(os.environ.get("SHELLCHECK") or "shellcheck")
+
+
+def check_shell(script, shell, where, failures):
+    """shellcheck (severity warning and up, as deploy.shellcheck runs it) on
+    a script embedded in a deploy file (a RUN line, a container command)."""
+    program = shellcheck_program()
+    if not failures.check(program, where, "shellcheck not found (.ci/install-deps): the "
+                          "embedded %s script cannot be checked" % shell):
+        return
+    proc = subprocess.run([program, "--shell=" + shell, "--severity=warning", "--format=gcc",
+                           "-"], input=script, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          universal_newlines=True)
+    if proc.returncode == 0:
+        return
+    lines = script.splitlines()
+    findings = []
+    for line in proc.stdout.splitlines():
+        match = re.match(r"^-:(\d+):(\d+): (\w+): (.*)$", line)
+        if not match:
+            findings.append(line)
+            continue
+        row, col = int(match.group(1)), int(match.group(2))
+        text = lines[row - 1] if row <= len(lines) else ""
+        near = text[max(0, col - 25):col + 35].strip()
+        findings.append("%s: %s (near %r)" % (match.group(3), match.group(4), near))
+    failures.add(where, "shellcheck on the embedded %s script: %s" % (
+        shell, "; ".join(findings) or "exit %d" % proc.returncode))
