@@ -95,7 +95,7 @@ test-fuzz-pool: fuzz-build
 
 test-fuzz-step: fuzz-build
 	$(FUZZ_BUILD)/bin/step_fuzz -max_total_time=$(FUZZ_SECONDS) -max_len=1024 \
-	  -print_final_stats=1 $(FUZZ_BUILD)/step-corpus
+	  -print_final_stats=1 $(FUZZ_BUILD)/step-corpus tests/fuzz/step_seeds
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)
