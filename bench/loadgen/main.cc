@@ -104,6 +104,10 @@ ABSL_FLAG(std::string, replay, "",
           "(--record's format) to the daemon at --address through the client "
           "library, one Step each, time them and check each result code "
           "and result against the record's");
+ABSL_FLAG(int32_t, replay_gap_us, 0,
+          "--replay: busy-wait this long before each Step (off its clock), "
+          "as a client that takes that long to build its pass does (on a VM "
+          "whose idle vCPUs halt, the gap itself slows the call)");
 ABSL_FLAG(int32_t, replay_warmup, 0,
           "--replay: leave the first this many passes out of the latency "
           "figures (they are sent and checked all the same)");
@@ -203,55 +207,75 @@ int Replay(const std::string& path) {
       OpenRecord(absl::GetFlag(FLAGS_record));
   if (!record_file.ok()) return Fail(kExitUsage, record_file.status(), "flags");
   std::optional<RecordingTarget> recorder;
-  StepTarget* run_on = target->get();
   if (*record_file != nullptr) {
     nlohmann::json header = recorded->header;
     header["run"] = {{"replay_of", path}, {"address", address}};
     recorder.emplace(**target, *record_file, header);
-    run_on = &*recorder;
   }
 
+  // The passes back to back, nothing but building the next one between
+  // Steps; the results are checked (and recorded) after the last.
+  const size_t n = recorded->passes.size();
   const size_t warmup =
       static_cast<size_t>(std::max(0, absl::GetFlag(FLAGS_replay_warmup)));
+  std::vector<StepResults> got;
   std::vector<double> all_us;
-  std::vector<double> timed;
-  int64_t operations = 0;
-  int64_t checked = 0;
-  int64_t mismatches = 0;
-  std::string first_mismatch;
+  got.reserve(n);
+  all_us.reserve(n);
   const auto wall_start = std::chrono::steady_clock::now();
-  for (size_t i = 0; i < recorded->passes.size(); ++i) {
-    const Pass& pass = recorded->passes[i];
+  const auto gap =
+      std::chrono::microseconds(absl::GetFlag(FLAGS_replay_gap_us));
+  for (size_t i = 0; i < n; ++i) {
+    if (gap.count() > 0) {
+      const auto until = std::chrono::steady_clock::now() + gap;
+      while (std::chrono::steady_clock::now() < until) {
+      }
+    }
     double seconds = 0;
-    absl::StatusOr<StepResults> results = run_on->Run(pass, &seconds);
+    absl::StatusOr<StepResults> results =
+        (*target)->Run(recorded->passes[i], &seconds);
     if (!results.ok()) {
       (void)CloseRecord(*record_file, recorder ? &*recorder : nullptr);
       return Fail(kExitError, results.status(),
                   absl::StrCat("replaying pass ", i));
     }
+    got.push_back(*std::move(results));
     all_us.push_back(seconds * 1e6);
+  }
+  const double wall_s = std::chrono::duration<double>(
+                            std::chrono::steady_clock::now() - wall_start)
+                            .count();
+
+  std::vector<double> timed;
+  int64_t operations = 0;
+  int64_t checked = 0;
+  int64_t mismatches = 0;
+  std::string first_mismatch;
+  for (size_t i = 0; i < n; ++i) {
+    const Pass& pass = recorded->passes[i];
+    if (recorder) recorder->Write(pass, got[i], all_us[i] / 1e6);
     if (i >= warmup) {
-      timed.push_back(seconds);
+      timed.push_back(all_us[i] / 1e6);
       operations += static_cast<int64_t>(pass.ops.size());
     }
     const std::vector<int32_t>& want_codes = recorded->codes[i];
     const nlohmann::json& want_results = recorded->results[i];
     if (want_codes.empty() && want_results.is_null()) continue;
     ++checked;
-    const std::vector<int32_t> got = ResultCodes(*results);
+    const std::vector<int32_t> codes = ResultCodes(got[i]);
     std::string differs;
-    if (got.size() != pass.ops.size()) {
-      differs = absl::StrCat(got.size(), " results for ", pass.ops.size(),
+    if (codes.size() != pass.ops.size()) {
+      differs = absl::StrCat(codes.size(), " results for ", pass.ops.size(),
                              " operations");
     }
-    for (size_t k = 0; differs.empty() && k < got.size(); ++k) {
+    for (size_t k = 0; differs.empty() && k < codes.size(); ++k) {
       const std::string op = absl::StrCat(
           "operation ", k, " (", OpJson(pass.ops[k]).begin().key(), ")");
-      if (!want_codes.empty() && got[k] != want_codes[k]) {
+      if (!want_codes.empty() && codes[k] != want_codes[k]) {
         differs =
-            absl::StrCat(op, ": code ", got[k], ", recorded ", want_codes[k]);
+            absl::StrCat(op, ": code ", codes[k], ", recorded ", want_codes[k]);
       } else if (!want_results.is_null()) {
-        const nlohmann::json result = ResultJson(results->results[k]);
+        const nlohmann::json result = ResultJson(got[i].results[k]);
         if (result != want_results[k]) {
           differs = absl::StrCat(op, ": ", result.dump(), ", recorded ",
                                  want_results[k].dump());
@@ -265,9 +289,6 @@ int Replay(const std::string& path) {
       }
     }
   }
-  const double wall_s = std::chrono::duration<double>(
-                            std::chrono::steady_clock::now() - wall_start)
-                            .count();
   if (absl::Status st =
           CloseRecord(*record_file, recorder ? &*recorder : nullptr);
       !st.ok()) {
@@ -287,6 +308,7 @@ int Replay(const std::string& path) {
          {{"path", path},
           {"address", address},
           {"streamed", absl::GetFlag(FLAGS_stream)},
+          {"gap_us", absl::GetFlag(FLAGS_replay_gap_us)},
           {"passes", static_cast<int64_t>(recorded->passes.size())},
           {"warmup", static_cast<int64_t>(warmup)},
           {"timed", static_cast<int64_t>(timed.size())},

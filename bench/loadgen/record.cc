@@ -196,6 +196,13 @@ void RecordingTarget::WriteLine(const std::string& line) {
 absl::StatusOr<StepResults> RecordingTarget::Run(const Pass& pass,
                                                  double* seconds) {
   absl::StatusOr<StepResults> results = inner_.Run(pass, seconds);
+  Write(pass, results, *seconds);
+  return results;
+}
+
+void RecordingTarget::Write(const Pass& pass,
+                            const absl::StatusOr<StepResults>& results,
+                            double seconds) {
   json line = {{"pass", passes_++}};
   json ops = json::array();
   for (const PassOp& op : pass.ops) ops.push_back(OpJson(op));
@@ -204,9 +211,8 @@ absl::StatusOr<StepResults> RecordingTarget::Run(const Pass& pass,
     line["codes"] = ResultCodes(*results);
     line["results"] = ResultsJson(*results);
   }
-  line["us"] = *seconds * 1e6;
+  line["us"] = seconds * 1e6;
   WriteLine(line.dump());
-  return results;
 }
 
 namespace {
@@ -342,7 +348,10 @@ absl::StatusOr<RecordedPasses> ReadRecordedPasses(const std::string& path) {
         return bad(absl::StrCat(codes.size(), " codes for ", pass.ops.size(),
                                 " operations"));
       }
-      json results = j.value("results", json());
+      json results;
+      if (auto it = j.find("results"); it != j.end()) {
+        results = std::move(*it);
+      }
       if (!results.is_null() &&
           (!results.is_array() || results.size() != pass.ops.size())) {
         return bad(

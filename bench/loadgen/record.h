@@ -72,6 +72,10 @@ class RecordingTarget final : public StepTarget {
 
   absl::StatusOr<StepResults> Run(const Pass& pass, double* seconds) override;
   absl::StatusOr<DaemonStats> Stats() override { return inner_.Stats(); }
+  // Writes one pass's line as Run does (for a caller that ran it itself
+  // and writes later, e.g. after a timed sequence).
+  void Write(const Pass& pass, const absl::StatusOr<StepResults>& results,
+             double seconds);
 
   int64_t passes() const { return passes_; }
   // False once a write failed.
