@@ -39,8 +39,8 @@ One command (bench/e2e/README.md says how to read what it prints):
     the table's pool sizes measured against the daemon, and in between
     through the core in-process, --sweep).
 
-Runs in 2.5 minutes on the 2-core development VM while other builds run
-(138-149 s; the 27 loadgen runs are 103 s of it); --quick in ~15 s. Exit status: 0; 1 a run failed; 2 usage or
+Runs in about 2-2.5 minutes on the 2-core development VM while other builds
+run (120-149 s; the 27 loadgen runs are 86-103 s of it); --quick in ~15 s. Exit status: 0; 1 a run failed; 2 usage or
 missing binaries; 3 a hit ratio or a replayed result differed.
 
 Standard library, numpy-free; matplotlib for the chart (Agg); the Python
