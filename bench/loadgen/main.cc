@@ -170,6 +170,35 @@ absl::Status CloseRecord(std::FILE* f, const RecordingTarget* recorder) {
   return absl::OkStatus();
 }
 
+// The workload on `target`, with the pool's counters before and after.
+// Records every pass into `record_file` when it is open (`header` first),
+// and closes it whatever happens.
+absl::StatusOr<TargetRun> RunOn(StepTarget& target, std::string name,
+                                const Workload& workload,
+                                const SchedulerOptions& options,
+                                const PoolConfig& pool, std::FILE* record_file,
+                                nlohmann::json header) {
+  std::optional<RecordingTarget> recorder;
+  if (record_file != nullptr) {
+    recorder.emplace(target, record_file, std::move(header));
+  }
+  absl::StatusOr<DaemonStats> before = target.Stats();
+  absl::StatusOr<RunResult> result =
+      !before.ok() ? absl::StatusOr<RunResult>(before.status())
+      : recorder   ? Simulate(workload, options, pool, *recorder)
+                   : Simulate(workload, options, pool, target);
+  const absl::Status closed =
+      CloseRecord(record_file, recorder ? &*recorder : nullptr);
+  if (!result.ok()) return result.status();
+  if (!closed.ok()) return closed;
+  absl::StatusOr<DaemonStats> after = target.Stats();
+  if (!after.ok()) return after.status();
+  return TargetRun{.name = std::move(name),
+                   .run = *std::move(result),
+                   .before = *before,
+                   .after = *after};
+}
+
 // --replay: the recorded passes through the client library, one Step each.
 int Replay(const std::string& path) {
   absl::StatusOr<RecordedPasses> recorded = ReadRecordedPasses(path);
@@ -447,36 +476,15 @@ int Main(int argc, char** argv) {
           "from the in-process core's\n",
           static_cast<long long>((*target)->stats_before_attach().requests));
     }
-    TargetRun run{.name = "daemon"};
-    absl::StatusOr<DaemonStats> before = (*target)->Stats();
-    if (!before.ok()) return Fail(kExitError, before.status(), "GetStats");
-    run.before = *before;
-    std::optional<RecordingTarget> recorder;
-    if (*record_file != nullptr) {
-      recorder.emplace(
-          **target, *record_file,
-          RecordHeader(identity, report.pool, record_run("daemon " + address)));
-    }
-    absl::StatusOr<RunResult> result =
-        recorder ? Simulate(*workload, *options, report.pool, *recorder)
-                 : Simulate(*workload, *options, report.pool, **target);
-    if (absl::Status st =
-            CloseRecord(*record_file, recorder ? &*recorder : nullptr);
-        !st.ok()) {
-      return Fail(kExitError, st, "--record");
-    }
-    *record_file = nullptr;
-    if (!result.ok()) {
-      return Fail(kExitError, result.status(), "the daemon run");
-    }
-    run.run = *std::move(result);
-    absl::StatusOr<DaemonStats> after = (*target)->Stats();
-    if (!after.ok()) return Fail(kExitError, after.status(), "GetStats");
-    run.after = *after;
+    absl::StatusOr<TargetRun> run = RunOn(
+        **target, "daemon", *workload, *options, report.pool, *record_file,
+        RecordHeader(identity, report.pool, record_run("daemon " + address)));
+    *record_file = nullptr;  // RunOn closed it
+    if (!run.ok()) return Fail(kExitError, run.status(), "the daemon run");
     if (absl::Status st = (*target)->Detach(); !st.ok()) {
       return Fail(kExitError, st, "Detach");
     }
-    report.runs.push_back(std::move(run));
+    report.runs.push_back(*std::move(run));
   }
 
   if (in_process) {
@@ -490,33 +498,15 @@ int Main(int argc, char** argv) {
     if (!target.ok()) {
       return Fail(kExitUsage, target.status(), "the in-process core");
     }
-    TargetRun run{.name = "in_process"};
-    absl::StatusOr<DaemonStats> before = (*target)->Stats();
-    if (!before.ok()) return Fail(kExitError, before.status(), "GetStats");
-    run.before = *before;
-    std::optional<RecordingTarget> recorder;
-    if (*record_file != nullptr) {
-      recorder.emplace(
-          **target, *record_file,
-          RecordHeader(identity, report.pool, record_run("in_process")));
+    absl::StatusOr<TargetRun> run =
+        RunOn(**target, "in_process", *workload, in_options, report.pool,
+              *record_file,
+              RecordHeader(identity, report.pool, record_run("in_process")));
+    *record_file = nullptr;  // RunOn closed it
+    if (!run.ok()) {
+      return Fail(kExitError, run.status(), "the in-process run");
     }
-    absl::StatusOr<RunResult> result =
-        recorder ? Simulate(*workload, in_options, report.pool, *recorder)
-                 : Simulate(*workload, in_options, report.pool, **target);
-    if (absl::Status st =
-            CloseRecord(*record_file, recorder ? &*recorder : nullptr);
-        !st.ok()) {
-      return Fail(kExitError, st, "--record");
-    }
-    *record_file = nullptr;
-    if (!result.ok()) {
-      return Fail(kExitError, result.status(), "the in-process run");
-    }
-    run.run = *std::move(result);
-    absl::StatusOr<DaemonStats> after = (*target)->Stats();
-    if (!after.ok()) return Fail(kExitError, after.status(), "GetStats");
-    run.after = *after;
-    report.runs.push_back(std::move(run));
+    report.runs.push_back(*std::move(run));
   }
 
   if (absl::GetFlag(FLAGS_json)) {
