@@ -74,6 +74,18 @@ class GrpcServiceTest : public ::testing::Test {
     admin_stub_ = v1::StateCacheAdmin::NewStub(channel_);
   }
 
+  // A session attached through the generated stub (the test identity).
+  v1::AttachResponse AttachRaw() {
+    v1::AttachRequest attach;
+    attach.mutable_identity()->set_model_id("test-model");
+    attach.mutable_identity()->set_hash_block_size(kBlockSize);
+    attach.mutable_identity()->set_hash_namespace("ns");
+    v1::AttachResponse response;
+    grpc::ClientContext context;
+    EXPECT_TRUE(stub_->Attach(&context, attach, &response).ok());
+    return response;
+  }
+
   // A 4-slot server whose every slot request "r" of the returned scheduler
   // holds, so a shrink has to wait for its release.
   std::unique_ptr<Client> StartFullServer() {
@@ -287,19 +299,8 @@ TEST_F(GrpcServiceTest, StepLeavesItsBuilderIntactForReuse) {
 // The wire contract of StepStream, with the generated stub.
 TEST_F(GrpcServiceTest, StepStreamRefusesMessagesAndStaysOpen) {
   StartServer();
-  v1::AttachRequest attach;
-  attach.mutable_identity()->set_model_id("test-model");
-  attach.mutable_identity()->set_hash_block_size(kBlockSize);
-  attach.mutable_identity()->set_hash_namespace("ns");
-  v1::AttachResponse first, second;
-  {
-    grpc::ClientContext context;
-    ASSERT_TRUE(stub_->Attach(&context, attach, &first).ok());
-  }
-  {
-    grpc::ClientContext context;
-    ASSERT_TRUE(stub_->Attach(&context, attach, &second).ok());
-  }
+  const v1::AttachResponse first = AttachRaw();
+  const v1::AttachResponse second = AttachRaw();
 
   grpc::ClientContext context;
   auto stream = stub_->StepStream(&context);
@@ -374,15 +375,8 @@ TEST_F(GrpcServiceTest, StepStreamRefusesMessagesAndStaysOpen) {
 // (NOT_FOUND), a new one binds it.
 TEST_F(GrpcServiceTest, StepStreamBindsToTheFirstLiveSessionItNames) {
   StartServer();
-  v1::AttachRequest attach;
-  attach.mutable_identity()->set_model_id("test-model");
-  attach.mutable_identity()->set_hash_block_size(kBlockSize);
-  attach.mutable_identity()->set_hash_namespace("ns");
-  v1::AttachResponse first, second;
-  for (v1::AttachResponse* response : {&first, &second}) {
-    grpc::ClientContext context;
-    ASSERT_TRUE(stub_->Attach(&context, attach, response).ok());
-  }
+  const v1::AttachResponse first = AttachRaw();
+  const v1::AttachResponse second = AttachRaw();
   grpc::ClientContext context;
   auto stream = stub_->StepStream(&context);
   v1::StepRequest request;
