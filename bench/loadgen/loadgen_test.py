@@ -14,20 +14,21 @@
    statecache saves more tokens than prompt-end, which saves more than none
    (which saves none).
 
-Standard library only (/usr/bin/python3).
+/usr/bin/python3 with the statecache package on PYTHONPATH (build/python):
+its test daemon, statecache.testing.Daemon, runs statecached.
 """
 
 import argparse
 import json
 import os
-import select
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 import unittest
+
+from statecache.testing import Daemon
 
 ARGS = None
 
@@ -46,49 +47,6 @@ def generate(path, seed):
                     "-o", path] + GEN_ARGS, check=True, timeout=DEADLINE_S)
     with open(path, "rb") as f:
         return f.read()
-
-
-class Daemon:
-    """statecached on a Unix socket in `directory`, up once it said ready."""
-
-    def __init__(self, directory, num_slots):
-        self.address = "unix:" + os.path.join(directory, "statecached.sock")
-        self.log = open(os.path.join(directory, "statecached.log"), "w+")
-        read_fd, write_fd = os.pipe()
-        try:
-            self.proc = subprocess.Popen(
-                [ARGS.statecached, "--listen=" + self.address,
-                 "--num_slots=%d" % num_slots,
-                 "--metrics_address=127.0.0.1:0",
-                 "--ready_fd=%d" % write_fd],
-                pass_fds=(write_fd,), stdout=self.log,
-                stderr=subprocess.STDOUT)
-        finally:
-            os.close(write_fd)
-        try:
-            ready = select.select([read_fd], [], [], DEADLINE_S)[0]
-            said = os.read(read_fd, 16) if ready else b""
-        finally:
-            os.close(read_fd)
-        if said != b"ready\n":
-            self.stop()
-            raise AssertionError("statecached did not become ready (%r):\n%s"
-                                 % (said, self.log_text()))
-
-    def log_text(self):
-        self.log.flush()
-        self.log.seek(0)
-        return self.log.read()
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
 
 
 class GeneratorTest(unittest.TestCase):
@@ -118,7 +76,10 @@ class LoadgenTest(unittest.TestCase):
         self.dir = tempfile.mkdtemp(prefix="lg.")
         self.workload = os.path.join(self.dir, "w.jsonl")
         generate(self.workload, 1)
-        self.daemon = Daemon(self.dir, NUM_SLOTS)
+        self.daemon = Daemon(["--num_slots=%d" % NUM_SLOTS,
+                              "--metrics_address=127.0.0.1:0"],
+                             binary=ARGS.statecached, directory=self.dir,
+                             ready_timeout=DEADLINE_S)
 
     def tearDown(self):
         self.daemon.stop()
@@ -134,7 +95,7 @@ class LoadgenTest(unittest.TestCase):
         self.assertEqual(out.returncode, 0,
                          "policy %s: exit %d\nstderr:\n%s\ndaemon log:\n%s"
                          % (policy, out.returncode, out.stderr,
-                            self.daemon.log_text()))
+                            self.daemon.log()))
         report = json.loads(out.stdout)
         print("policy %-10s  %.1f s  daemon hit %.4f saved %d  in-process "
               "hit %.4f saved %d  p50 %.0f / %.1f us"
