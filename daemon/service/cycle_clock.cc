@@ -47,7 +47,9 @@ Instant ReadBoth() {
     const uint64_t width = after >= before ? after - before : ~uint64_t{0};
     if (i == 0 || width < best_width) {
       best_width = width;
-      best = {steady, static_cast<double>(before) + (after - before) / 2.0};
+      // A backwards pair (width ~0) keeps `before`, not a wrapped midpoint.
+      const uint64_t half = after >= before ? (after - before) / 2 : 0;
+      best = {steady, static_cast<double>(before + half)};
     }
   }
   return best;
