@@ -7,7 +7,7 @@
 #include "absl/base/optimization.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/core/slot_sort.h"
-#include "daemon/core/status_macros.h"
+#include "daemon/common/status_macros.h"
 
 namespace statecache {
 

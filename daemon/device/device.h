@@ -39,7 +39,7 @@
 #include "absl/types/span.h"
 #include "daemon/device/layout.h"
 #include "daemon/device/region_export.h"
-#include "kernels/copy_table.h"
+#include "daemon/device/copy_plan.h"
 
 namespace statecache {
 

@@ -2,7 +2,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "daemon/device/string_view_compat.h"
+#include "daemon/common/string_view_compat.h"
 
 namespace statecache {
 namespace {

@@ -4,8 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "daemon/core/status_macros.h"
-#include "kernels/copy_table.h"
+#include "daemon/common/status_macros.h"
+#include "daemon/device/copy_plan.h"
 #include "kernels/gpu_copier.h"
 #include "kernels/gpu_runtime.h"
 

@@ -12,9 +12,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "daemon/core/status_macros.h"
+#include "daemon/common/status_macros.h"
 #include "daemon/device/shm_name.h"
-#include "daemon/device/string_view_compat.h"
+#include "daemon/common/string_view_compat.h"
 
 namespace statecache {
 namespace {

@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "daemon/device/string_view_compat.h"
+#include "daemon/common/string_view_compat.h"
 
 namespace statecache {
 namespace {

@@ -9,8 +9,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "daemon/core/status_macros.h"
-#include "daemon/device/string_view_compat.h"
+#include "daemon/common/status_macros.h"
+#include "daemon/common/string_view_compat.h"
 #include "nlohmann/json.hpp"
 
 namespace statecache {

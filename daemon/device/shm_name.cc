@@ -15,7 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "daemon/device/string_view_compat.h"
+#include "daemon/common/string_view_compat.h"
 
 namespace statecache {
 namespace {

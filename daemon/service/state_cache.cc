@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "daemon/core/status_macros.h"
+#include "daemon/common/status_macros.h"
 #include "daemon/device/dtype.h"
 
 namespace statecache {

@@ -2,8 +2,8 @@
 // alias of std::string_view), so StrCat, StrJoin, StrSplit and friends do not
 // accept a std::string_view. This project's interfaces use std::string_view;
 // these two conversions bridge at the call sites.
-#ifndef STATECACHE_DAEMON_DEVICE_STRING_VIEW_COMPAT_H_
-#define STATECACHE_DAEMON_DEVICE_STRING_VIEW_COMPAT_H_
+#ifndef STATECACHE_DAEMON_COMMON_STRING_VIEW_COMPAT_H_
+#define STATECACHE_DAEMON_COMMON_STRING_VIEW_COMPAT_H_
 
 #include <string_view>
 
@@ -16,4 +16,4 @@ inline std::string_view Sv(absl::string_view s) { return {s.data(), s.size()}; }
 
 }  // namespace statecache
 
-#endif  // STATECACHE_DAEMON_DEVICE_STRING_VIEW_COMPAT_H_
+#endif  // STATECACHE_DAEMON_COMMON_STRING_VIEW_COMPAT_H_

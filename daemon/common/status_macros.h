@@ -1,7 +1,7 @@
 // Small status helpers: Abseil 20220623 ships absl::Status but not the
 // RETURN_IF_ERROR / ASSIGN_OR_RETURN macros, so the project defines its own.
-#ifndef STATECACHE_DAEMON_CORE_STATUS_MACROS_H_
-#define STATECACHE_DAEMON_CORE_STATUS_MACROS_H_
+#ifndef STATECACHE_DAEMON_COMMON_STATUS_MACROS_H_
+#define STATECACHE_DAEMON_COMMON_STATUS_MACROS_H_
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -24,4 +24,4 @@
     return STATECACHE_CONCAT_(_sc_statusor_, __LINE__).status(); \
   lhs = std::move(STATECACHE_CONCAT_(_sc_statusor_, __LINE__)).value()
 
-#endif  // STATECACHE_DAEMON_CORE_STATUS_MACROS_H_
+#endif  // STATECACHE_DAEMON_COMMON_STATUS_MACROS_H_
