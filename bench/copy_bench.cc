@@ -34,7 +34,7 @@
 #include "bench/copy_bench_common.h"
 #include "daemon/device/host_device.h"
 #include "daemon/device/layout_presets.h"
-#include "kernels/copy_table.h"
+#include "daemon/device/copy_plan.h"
 #include "kernels/host_copy.h"
 
 #if defined(STATECACHE_COPY_BENCH_GPU)

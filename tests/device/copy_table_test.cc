@@ -1,6 +1,6 @@
 // Copy tables: coalescing, the refusals that keep a batch order-independent,
 // and that a table moves exactly the bytes slot by slot copies would.
-#include "kernels/copy_table.h"
+#include "daemon/device/copy_plan.h"
 
 #include <cstring>
 #include <random>

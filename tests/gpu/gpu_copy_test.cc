@@ -17,7 +17,7 @@
 #include "daemon/device/layout_presets.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "kernels/copy_table.h"
+#include "daemon/device/copy_plan.h"
 #include "kernels/gpu_copier.h"
 #include "kernels/gpu_runtime.h"
 
