@@ -7,7 +7,7 @@
 // give memory back in place, so the daemon reserves max_slots at Create
 // (laid out for that capacity, in either arrangement) and Resize moves the
 // slot count inside it. CommittedBytes() is the whole reservation; GetStats
-// and the README say so.
+// and docs/operators.md say so.
 //
 // Copies run as one kernel launch (GpuCopier) on the device's own non-
 // blocking stream, synchronised before Copy returns.

@@ -12,7 +12,7 @@
 //     arrays, so recording is an array index and an atomic add: no label set
 //     is built and nothing is allocated per call.
 //
-// How to read them is in each family's help text (and the README).
+// How to read them is in each family's help text (and docs/operators.md).
 //
 // Thread safety: thread-safe.
 #ifndef STATECACHE_DAEMON_METRICS_METRICS_H_

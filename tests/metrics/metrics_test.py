@@ -5,7 +5,7 @@
                      accepts without a word, fresh and after traffic
     ScenarioTest     a scenario whose every counter and gauge is worked out
                      by hand below, asserted exactly
-    LabelTest        every family the README's metrics table documents is
+    LabelTest        every family the operators' guide's metrics table (docs/operators.md) documents is
                      exported with its type and exactly its label names, and
                      each documented label value is exported and moves when
                      the thing it names happens
@@ -333,9 +333,9 @@ def config_rule_files(config):
 
 def documented_metrics():
     """{family: (type, {label: set of documented values, or None})} from the
-    README's metrics table (| `name`[, `name`] | type | labels | meaning |).
+    metrics table of docs/operators.md (| `name`[, `name`] | type | labels | meaning |).
     `..._x_total` after a name is that name with its last words replaced."""
-    path = os.path.join(harness.ARGS.source_dir, "README.md")
+    path = os.path.join(harness.ARGS.source_dir, "docs", "operators.md")
     families = {}
     with open(path) as f:
         for line in f:
@@ -360,7 +360,7 @@ def documented_metrics():
 
 
 class LabelTest(unittest.TestCase):
-    """The README's metrics table against what the daemon exports.
+    """The operators' metrics table against what the daemon exports.
 
     Every documented family is exported with its documented type and exactly
     its documented label names, and no statecache_ family goes undocumented.
@@ -398,12 +398,12 @@ class LabelTest(unittest.TestCase):
 
     def test_documented_families_labels_and_values(self):
         documented = documented_metrics()
-        self.assertGreaterEqual(len(documented), 25, "the README's metrics table was not read")
+        self.assertGreaterEqual(len(documented), 25, "the operators' guide's metrics table (docs/operators.md) was not read")
         m = self.daemon.metrics()
         types = dict(re.findall(r"^# TYPE (\S+) (\S+)$", m.text, re.M))
         exported = {n for n in types if n.startswith("statecache_")}
-        self.assertEqual(exported - set(documented), set(), "exported, not in the README's table")
-        self.assertEqual(set(documented) - exported, set(), "in the README's table, not exported")
+        self.assertEqual(exported - set(documented), set(), "exported, not in docs/operators.md")
+        self.assertEqual(set(documented) - exported, set(), "in docs/operators.md, not exported")
 
         # Type and label names, on every series of the family.
         for name, (kind, labels) in sorted(documented.items()):
@@ -595,7 +595,7 @@ class PrometheusTest(unittest.TestCase):
         up = self.query(port, 'up{job="statecache"} == 1')
         self.assertEqual(len(up or []), 1, up)
 
-        # The operators' queries (README, "For operators") evaluate to the
+        # The operators' queries (docs/operators.md) evaluate to the
         # series they are meant to give (an empty result would say nothing):
         # rates need two scrapes, so wait for them. (query, labels each
         # series has, how many series)
