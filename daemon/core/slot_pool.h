@@ -6,8 +6,32 @@
 // with the two shrink-path corrections of corrections.py) that makes the same
 // observable decisions: fed the same calls it hands out the same slots, evicts
 // the same checkpoints, files the same hashes and counts the same fates. The
-// reference's docstrings are the specification of each rule; the comments
-// here say what a caller needs and what differs.
+// reference is where the rules come from; each method's comment below states
+// its rule and why, so this header (with daemon/core/slot_memory.h, the verbs
+// a request's life is made of) is the contract. The rules in brief:
+//   * A slot is live (a request writes it), pinned (a forward will read it),
+//     a free checkpoint (on the LRU, filed under a hash, still worth
+//     something) or vacant. Pop spends the lowest vacant slot first and only
+//     then the LRU head, counting an eviction: the pool overwrites
+//     checkpoints rather than refusing work.
+//   * A checkpoint forks: the owner moves to a fresh slot and the old one,
+//     filed under the boundary's hash, is pinned for two passes (the pass
+//     that builds the batch reading it, and the one that issues it), because
+//     freeing it at once let the same pass's admissions pop a slot one
+//     kernel would read and write at once.
+//   * A checkpoint whose position is not the request's own known resume
+//     point (its prompt's end) is a guess: marked speculative, it goes to the
+//     LRU head when released, so a shortage spends guesses before the
+//     checkpoints that are almost always read back.
+//   * A resumable hit is the largest L <= hit whose prefix has a checkpoint
+//     and leaves at least the transfer's fork_tokens for the resuming
+//     forward to write its own slot whole; 0 (start from scratch) always is.
+//     Without it a hit would hand the forward a popped slot holding the
+//     previous occupant's state.
+//   * Fates: `dropped` counts checkpoints refused for want of a free slot;
+//     capacity is read as `evicted` against `kept - num_slots` (equal: more
+//     slots buy hits; below: the misses are elsewhere, most likely
+//     `orphaned`, whose KV prefix died first).
 //
 // What differs from the reference:
 //   * Cost. Every per-slot call is O(1) or O(log n) in the pool size: the
@@ -82,7 +106,7 @@ struct CheckpointResult {
 };
 
 // The reference's checkpoint_fates(): cumulative events. The capacity reading
-// is `evicted` against `kept - num_slots`; see the reference's docstring.
+// is `evicted` against `kept - num_slots` (see the rules above).
 struct CheckpointFates {
   int64_t kept = 0;
   int64_t dropped = 0;

@@ -1,7 +1,8 @@
 // Session and Request: the per-scheduler state the daemon keeps in place of
 // the scheduler's own `seq` objects.
 //
-// Plain data, owned by StateCache and guarded by its mutex.
+// Plain data, owned by StateCache (through SessionTable) and guarded by its
+// mutex.
 #ifndef STATECACHE_DAEMON_SERVICE_SESSION_H_
 #define STATECACHE_DAEMON_SERVICE_SESSION_H_
 
@@ -15,24 +16,20 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/time/time.h"
-#include "daemon/core/slot_pool.h"
+#include "daemon/core/slot_memory.h"
 #include "daemon/core/slot_sort.h"
 
 namespace statecache {
 
-// One admitted request: what the reference reads through `seq`.
-struct Request {
+struct Session;
+
+// One admitted request: what it holds in the pool (SlotHolding: what the
+// reference reads through `seq`), and whose it is.
+struct Request : SlotHolding {
   std::string id;
   // Admission order within the daemon (releases on session end follow it).
   uint64_t seqno = 0;
-  // Element 0 is the committed state, 1.. speculative rollback.
-  std::vector<int64_t> slots;
-  // The checkpoint slot this request's next forward reads, or -1.
-  int64_t fork_src = -1;
-  // Outstanding midstep reservations (reserve, not yet published/cancelled).
-  std::vector<Reservation> reservations;
-  int64_t num_tokens = 0;
-  int64_t anchor_pos = 0;
+  Session* session = nullptr;
 };
 
 // A fork-source slot this session pins: how many of the pool's pins on it
@@ -94,17 +91,13 @@ struct Session {
     SortBySlot(out, scratch, [](const auto& p) { return p.first; });
   }
   std::vector<PendingMove> moves;
-};
-
-// Who holds a live slot. `request` is null for a free or pinned-only slot.
-struct SlotOwner {
-  Session* session = nullptr;
-  Request* request = nullptr;
-  int32_t index = -1;  // in request->slots; -1 for a reservation
+  // The request an operation last named: a pass names most requests twice
+  // in a row (consume_fork, then checkpoint), so this spares the second
+  // lookup. Null, or a request of this session.
+  Request* recent = nullptr;
 };
 
 enum class SessionEnd { kDetached, kExpired, kEvicted };
-enum class ResumeOutcome { kFork, kAdopt, kMiss };
 
 struct StateCacheCounters {
   int64_t resumes_fork = 0;

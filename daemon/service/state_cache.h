@@ -1,15 +1,18 @@
-// StateCache: the daemon's core. Sessions, their requests, and the slot pool
-// they share, driven by the protocol of proto/statecache/v1/statecache.proto.
+// StateCache: the daemon's service. Sessions, their requests, and the slot
+// memory they share, driven by the protocol of
+// proto/statecache/v1/statecache.proto.
 //
 // The gRPC layer is a thin adapter over this class: every method takes the
 // request message, fills the response message and returns an absl::Status
 // (mapped to a gRPC status in one place, grpc_status.h). Nothing here knows
 // about gRPC, so the whole protocol is unit-tested without an RPC stack.
 //
-// Each Step operation maps onto the pool exactly as the reference's caller
-// (ATOM's scheduler pass) does; with one session, a run of steps makes the
-// reference's decisions. With several, each session has its own pin clock
-// (begin_pass releases only the pins this session took).
+// The decisions are the pool's verbs (daemon/core/slot_memory.h); this class
+// adds sessions, leases and pin clocks (sessions.h), runs a Step's
+// operations through the one operation table (operations.h), and drives
+// resizes (resize.h). With one session, a run of steps makes the reference's
+// decisions; with several, each session has its own pin clock (begin_pass
+// releases only the pins this session took).
 //
 // Thread safety: thread-safe. One mutex guards the pool and every session; no
 // method blocks on anything but that mutex. Resize completes asynchronously
@@ -30,11 +33,13 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "daemon/core/slot_pool.h"
+#include "daemon/core/slot_memory.h"
 #include "daemon/device/device.h"
 #include "daemon/service/cycle_clock.h"
-#include "daemon/service/packed_pass.h"
+#include "daemon/service/operations.h"
+#include "daemon/service/resize.h"
 #include "daemon/service/session.h"
+#include "daemon/service/sessions.h"
 #include "proto/statecache/v1/statecache.pb.h"
 
 namespace statecache {
@@ -68,9 +73,6 @@ struct StateCacheOptions {
   std::shared_ptr<Device> device;
 };
 
-// Why the daemon copied slot contents.
-enum class CopyReason { kRelocation, kCopy, kSnapshot, kCount };
-
 // One Step operation as observers see it: its kind, how it ended and its
 // time inside the core (its result's building included).
 struct OperationSample {
@@ -81,26 +83,19 @@ struct OperationSample {
 
 // Observer of core events, for metrics. Calls arrive with the core's mutex
 // held: implementations must be cheap and must not call back into StateCache.
-class StateCacheObserver {
+class StateCacheObserver : public ResumeObserver,
+                           public CopyObserver,
+                           public ResizeObserver {
  public:
-  virtual ~StateCacheObserver() = default;
-  virtual void OnResume(ResumeOutcome outcome, int64_t blocks_wanted,
-                        int64_t blocks_resumed) {}
   virtual void OnSessionEnded(const std::string& session_id,
                               const std::string& client_name, SessionEnd how,
                               int32_t requests_released) {}
-  virtual void OnResize(int64_t from_slots, int64_t to_slots) {}
   // A Step's operations ran (refused or not), one sample each, in order.
   // Once per Step rather than per operation, so an observer can aggregate
-  // before it touches shared metrics (a 256-operation Step observed one by
-  // one cost ~25 us). Called only when some observer wants it
-  // (wants_operations).
+  // before it touches shared metrics. Called only when some observer wants
+  // it (wants_operations).
   virtual void OnOperations(absl::Span<const OperationSample> samples) {}
   virtual bool wants_operations() const { return false; }
-  // The copy engine ran one batch.
-  virtual void OnCopy(CopyReason reason, int64_t bytes, double seconds) {}
-  // The state memory now holds `bytes` (after start and every resize).
-  virtual void OnStateBytes(int64_t bytes) {}
 };
 
 class StateCache {
@@ -118,12 +113,7 @@ class StateCache {
 
   // Not owned; must outlive this. Added before serving (not thread-safe
   // against calls in flight).
-  void AddObserver(StateCacheObserver* observer) {
-    observers_.push_back(observer);
-    if (observer->wants_operations()) {
-      seconds_per_tick_ = CycleClock::SecondsPerTick();  // calibrated once
-    }
-  }
+  void AddObserver(StateCacheObserver* observer) ABSL_LOCKS_EXCLUDED(mu_);
 
   // ----------------------------------------------------------- scheduler
 
@@ -162,8 +152,6 @@ class StateCache {
   // mutex held, with the outcome. Errors (through `done`): INVALID_ARGUMENT,
   // ABORTED (another resize in progress), DEADLINE_EXCEEDED, CANCELLED (the
   // daemon is shutting down).
-  using ResizeDone =
-      std::function<void(absl::Status, const v1::ResizeResponse&)>;
   void Resize(const v1::ResizeRequest& request, ResizeDone done)
       ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -193,145 +181,56 @@ class StateCache {
   absl::Status CheckInvariants() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  struct PendingResize;
-  explicit StateCache(StateCacheOptions options, SlotPool pool);
+  explicit StateCache(StateCacheOptions options, SlotMemory memory);
 
-  // One operation from a list-form Step: dispatches on its kind to Apply.
-  absl::Status RunOperation(Session& session, const v1::Operation& op,
-                            v1::OperationResult* result)
+  // The live session `id` with its lease renewed; a lapsed one is ended
+  // here (the maintenance thread had not got to it yet).
+  // Errors: NOT_FOUND, saying how a recently ended session ended.
+  absl::StatusOr<Session*> FindSession(const std::string& id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The next operation of a packed Step, of kind `kind`: read into the reused
-  // message of its kind, Apply, result written packed.
-  absl::Status RunPackedOperation(Session& session,
-                                  v1::Operation::KindCase kind,
-                                  PackedOperationReader& reader,
-                                  PackedResultWriter& writer)
+  // Returns everything the session holds, tells the observers, forgets it.
+  // Returns how many requests were released.
+  absl::StatusOr<int32_t> EndSession(const std::string& id, SessionEnd how)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  template <typename Op, typename Result>
-  absl::Status ApplyPacked(Session& session, PackedOperationReader& reader,
-                           Op& op, Result& result, PackedResultWriter& writer)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
-  // The operations, one overload per kind; both forms of Step run them. Each
-  // returns the operation's status and fills its result; a refusal leaves
-  // every structure unchanged (its result is then discarded). A kind that
-  // names a request gets its id as `request_id` (the list form passes
-  // op.request_id(); the packed form a view into its column, leaving the
-  // message's empty, so no id is copied).
-  absl::Status Apply(Session& session, const v1::BeginPass& op,
-                     v1::BeginPassResult* result)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status Apply(Session& session, absl::string_view request_id,
-                     const v1::Admit& op, v1::AdmitResult* result)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status Apply(Session& session, const v1::ResumableHit& op,
-                     v1::ResumableHitResult* result)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status Apply(Session& session, const v1::Lookup& op,
-                     v1::LookupResult* result)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status Apply(Session& session, absl::string_view request_id,
-                     const v1::Reserve& op, v1::ReserveResult* result)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status Apply(Session& session, absl::string_view request_id,
-                     const v1::Publish& op, v1::PublishResult* result)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status Apply(Session& session, absl::string_view request_id,
-                     const v1::Cancel& op, v1::CancelResult* result)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status Apply(Session& session, absl::string_view request_id,
-                     const v1::Checkpoint& op, v1::CheckpointResult* result)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status Apply(Session& session, absl::string_view request_id,
-                     const v1::ConsumeFork& op, v1::ConsumeForkResult* result)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status Apply(Session& session, absl::string_view request_id,
-                     const v1::AdoptForkSource& op,
-                     v1::AdoptForkSourceResult* result)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status Apply(Session& session, absl::string_view request_id,
-                     const v1::Release& op, v1::ReleaseResult* result)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status Apply(Session& session, const v1::Unindex& op,
-                     v1::UnindexResult* result)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status Apply(Session& session, const v1::ClearIndex& op,
-                     v1::ClearIndexResult* result)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status Apply(Session& session, absl::string_view request_id,
-                     const v1::Copy& op, v1::CopyResult* result)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status Apply(Session& session, absl::string_view request_id,
-                     const v1::Snapshot& op, v1::SnapshotResult* result)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Runs one batch on the device, reporting it to the observers.
-  absl::StatusOr<uint64_t> RunCopy(
-      absl::Span<const std::pair<int64_t, int64_t>> pairs, CopyReason reason)
+  // Runs a validated Step's operations in order, into `response`.
+  void RunOperations(Session& session, const v1::StepRequest& request,
+                     v1::StepResponse* response)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FillMemory(v1::StateMemory* memory) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static void FillTransfer(const StateTransfer& transfer,
+                           v1::TransferConfig* out);
 
-  // Releases every request of the session and every pin its clock holds,
-  // then forgets it.
-  int32_t EndSession(std::string session_id, SessionEnd how)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ReleaseRequest(Session& session, Request& request)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Drops `count` of this session's pins on `slot`.
-  void DropSessionPins(Session& session, int64_t slot, int32_t count)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<Session*> FindSession(const std::string& session_id)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<Request*> FindRequest(Session& session,
-                                       absl::string_view request_id)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  Sequence SequenceOf(const Request& request) const;
-  void SetOwner(int64_t slot, Session* session, Request* request, int32_t index)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ClearOwner(int64_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
-  // Shrinks towards the pending target; returns true when reached.
-  bool AdvanceResize() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Takes the finished resize's callback out for running after unlock.
-  std::function<void()> FinishResize(absl::Status status)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A shrink in progress may complete after anything that frees slots:
+  // the callback to run after unlocking, or null.
+  std::function<void()> AdvanceResize() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<std::function<void()>> TickLocked()
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const StateCacheOptions options_;
-  Device* const device_;  // options_.device, or null
   Clock* const clock_;
   const uint64_t epoch_;
   const absl::Time start_time_;
   std::vector<StateCacheObserver*> observers_;
+  // The same observers, as the narrower interfaces the parts take.
+  std::vector<ResumeObserver*> resume_observers_;
+  std::vector<ResizeObserver*> resize_observers_;
   // CycleClock's seconds per tick once some observer wants operation
   // timings; 0 while none does (then a Step reads no clock).
   double seconds_per_tick_ = 0;
-  // The current Step's samples (reused: no allocation per Step).
-  std::vector<OperationSample> samples_ ABSL_GUARDED_BY(mu_);
-  // One message of each operation kind and its result, which a packed
-  // Step's operations are read into in turn (reused: no allocation).
-  struct PackedScratch;
-  std::unique_ptr<PackedScratch> packed_scratch_ ABSL_GUARDED_BY(mu_);
-  // A session's pins in slot order, for its clock (reused).
-  std::vector<std::pair<int64_t, SessionPin*>> sorted_pins_
-      ABSL_GUARDED_BY(mu_);
-  std::vector<std::pair<int64_t, SessionPin*>> sort_scratch_
-      ABSL_GUARDED_BY(mu_);
 
   mutable absl::Mutex mu_;
-  SlotPool pool_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, std::unique_ptr<Session>> sessions_
-      ABSL_GUARDED_BY(mu_);
-  // Who holds each live slot (indexed by slot), for relocations.
-  std::vector<SlotOwner> owners_ ABSL_GUARDED_BY(mu_);
-  // Recently ended sessions, so a late call is told why it is refused.
-  absl::flat_hash_map<std::string, SessionEnd> ended_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::string> ended_order_ ABSL_GUARDED_BY(mu_);
-  std::unique_ptr<PendingResize> resize_ ABSL_GUARDED_BY(mu_);
+  SlotMemory memory_ ABSL_GUARDED_BY(mu_);
+  SessionTable sessions_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<PendingShrink> resize_ ABSL_GUARDED_BY(mu_);
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
-  StateCacheCounters counters_ ABSL_GUARDED_BY(mu_);
+  ServiceCounters counters_ ABSL_GUARDED_BY(mu_);
   uint64_t next_request_seqno_ ABSL_GUARDED_BY(mu_) = 0;
+  // Reused by every Step: the current Step's samples, the packed form's
+  // messages, room to sort pins.
+  std::vector<OperationSample> samples_ ABSL_GUARDED_BY(mu_);
+  OperationScratchPtr scratch_ ABSL_GUARDED_BY(mu_);
+  PinScratch pins_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace statecache

@@ -1,0 +1,304 @@
+// SlotMemory: the pool's verbs. Owns the SlotPool (which slots are live,
+// which hold a checkpoint, the hash index), the table of who holds each live
+// slot, and the Device seam (the state memory and its copy engine), and
+// offers each thing a scheduler's request does to them as one verb: admit,
+// checkpoint, reserve / publish / cancel, adopt, release, snapshot, copy,
+// grow, and one step of a shrink.
+//
+// This header is the specification of those verbs. The rules come from the
+// reference pool (state_slot_pool.py) and the scheduler that drives it
+// (ATOM's BlockManager); the pool below keeps the reference's decisions
+// exactly (daemon/core/slot_pool.h), and each verb here makes the calls that
+// scheduler makes, in its order, so a run of verbs is a run of the
+// reference.
+//
+// Every verb checks everything it can refuse before it changes anything: a
+// non-OK status means nothing changed (the pool's Dump, the owner table and
+// the holding are as they were). Codes: INVALID_ARGUMENT for a malformed
+// argument (naming it), FAILED_PRECONDITION for a verb the state does not
+// allow, RESOURCE_EXHAUSTED for too few free slots, INTERNAL for a device
+// failure or a broken invariant (a bug: the message names the call).
+//
+// Who holds what is the caller's to say, through a SlotHolding it owns (the
+// service's Request is one); SlotMemory keeps a pointer to it per slot so a
+// shrink can move a live slot under its holder. Pins are counted here as
+// the pool counts them; which session's clock returns them is the caller's
+// (daemon/service/sessions.h).
+//
+// Thread safety: thread-compatible; the daemon calls it under its one mutex.
+#ifndef STATECACHE_DAEMON_CORE_SLOT_MEMORY_H_
+#define STATECACHE_DAEMON_CORE_SLOT_MEMORY_H_
+
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "daemon/core/sequence.h"
+#include "daemon/core/slot_pool.h"
+#include "daemon/device/device.h"
+
+namespace statecache {
+
+// What a request holds in the pool. Owned by the caller; SlotMemory reads
+// and updates it only inside a verb naming it.
+struct SlotHolding {
+  // Element 0 is the committed state, 1.. speculative rollback slots.
+  std::vector<int64_t> slots;
+  // The checkpoint slot this request's next forward reads (pinned for it),
+  // or -1.
+  int64_t fork_src = -1;
+  // Outstanding midstep reservations (reserved, not yet published or
+  // cancelled).
+  std::vector<Reservation> reservations;
+  // Tokens so far, and the one position known to be a resume point (the
+  // prompt's end) or 0: what the pool reads through the reference's `seq`.
+  int64_t num_tokens = 0;
+  int64_t anchor_pos = 0;
+};
+
+// How an admission began.
+//   kCold  no resume was asked (kv_hit_blocks == 0): fresh slots.
+//   kFork  resumed: fresh slots, and the checkpoint pinned as fork_src for
+//          the first forward to read.
+//   kAdopt resumed in the checkpoint's own slot (too few free slots to
+//          fork): the slot stops being a checkpoint.
+//   kMiss  a resume was asked and no usable checkpoint found: fresh slots.
+enum class ResumeOutcome { kCold, kFork, kAdopt, kMiss };
+
+struct AdmitSpec {
+  int32_t width = 1;  // slots: the committed one plus speculative
+  int64_t num_tokens = 0;
+  int64_t anchor_pos = 0;
+  int32_t kv_hit_blocks = 0;  // leading blocks the KV cache holds
+  absl::Span<const int64_t> block_hashes;
+};
+
+struct Admission {
+  ResumeOutcome outcome = ResumeOutcome::kCold;
+  int64_t blocks_resumed = 0;
+};
+
+// A checkpoint that forked: the holder moved to `state_slot`, and reads the
+// checkpoint `fork_src` next. `replaced_fork_src` is the source it read
+// before (its pin stays, on the caller's clock), or -1. A checkpoint that
+// did not fork (nothing free, the pool not applying) is kept == false.
+struct CheckpointOutcome {
+  bool kept = false;
+  int64_t state_slot = -1;
+  int64_t fork_src = -1;
+  int64_t replaced_fork_src = -1;
+};
+
+struct SnapshotOutcome {
+  bool kept = false;  // false: nothing free, counted as dropped
+  int64_t slot = -1;
+};
+
+// A live slot a shrink moved: holding->slots[index] went from `from` to `to`.
+struct Relocation {
+  SlotHolding* holding = nullptr;
+  int32_t index = 0;
+  int64_t from = -1;
+  int64_t to = -1;
+};
+
+// Why slot contents were copied.
+enum class CopyReason { kRelocation, kCopy, kSnapshot, kCount };
+
+// Told of each batch the copy engine ran. Calls arrive under the caller's
+// lock: implementations must be cheap.
+class CopyObserver {
+ public:
+  virtual ~CopyObserver() = default;
+  virtual void OnCopy(CopyReason reason, int64_t bytes, double seconds) {}
+};
+
+class SlotMemory {
+ public:
+  // `device` may be null: slot decisions only (copy and snapshot refused,
+  // relocations are bookkeeping).
+  // REQUIRES: num_slots in [1, kMaxSlots]; hash_block_size >= 1;
+  //   !transfer.copies(); device == null or device->num_slots() == num_slots.
+  // Errors: INVALID_ARGUMENT naming the mismatch.
+  static absl::StatusOr<SlotMemory> Create(int64_t num_slots,
+                                           StateTransfer transfer,
+                                           int64_t hash_block_size,
+                                           std::shared_ptr<Device> device);
+
+  SlotMemory(SlotMemory&&) = default;
+  SlotMemory& operator=(SlotMemory&&) = default;
+
+  // Not owned; must outlive this.
+  void AddCopyObserver(CopyObserver* observer) {
+    copy_observers_.push_back(observer);
+  }
+
+  const SlotPool& pool() const { return pool_; }
+  Device* device() const { return device_.get(); }
+  int64_t num_slots() const { return pool_.num_slots(); }
+
+  // ------------------------------------------------------------ admission
+
+  // Gives `holding` spec.width slots, resuming from the deepest checkpoint
+  // of the first kv_hit_blocks hashes when one is usable: forked when
+  // enough slots are free beside it (the checkpoint pinned and recorded as
+  // holding.fork_src), else adopted (its slot becomes holding.slots[0] and
+  // stops being a checkpoint). A checkpoint whose slot is live (adopted by a
+  // request still running in it) cannot be read: a miss.
+  // REQUIRES: holding holds nothing (no slots, reservations or fork_src).
+  // Errors: INVALID_ARGUMENT width outside [1, num_slots()], negative
+  //   num_tokens/anchor_pos, kv_hit_blocks outside [0, hashes], a negative
+  //   hash; RESOURCE_EXHAUSTED fewer than width slots free.
+  absl::StatusOr<Admission> Admit(SlotHolding& holding, const AdmitSpec& spec);
+
+  // Fork checkpoint of holding.slots[0] under `hash` (the reference's
+  // checkpoint): the holder moves to a fresh slot and reads the old one,
+  // indexed and pinned for the next batch, as holding.fork_src. `anchor_pos`
+  // (when not 0) replaces the holding's for this call.
+  // REQUIRES: holding.slots non-empty.
+  // Errors: INVALID_ARGUMENT negative anchor_pos, boundary_blocks or hash.
+  absl::StatusOr<CheckpointOutcome> Checkpoint(SlotHolding& holding,
+                                               int64_t anchor_pos,
+                                               int64_t boundary_blocks,
+                                               int64_t hash);
+
+  // ------------------------------------------------------------ midstep
+
+  // Reserves a destination slot per (position, hash) for a forward to write
+  // midstep states into, superseding (cancelling) the holding's earlier
+  // unpublished ones. Stops, counting one drop, at the first the free list
+  // cannot fill; empty when the transfer does not allow midstep reads.
+  // Errors: INVALID_ARGUMENT a negative hash (nothing superseded).
+  absl::StatusOr<absl::Span<const Reservation>> Reserve(
+      SlotHolding& holding,
+      absl::Span<const std::pair<int64_t, int64_t>> positions);
+  // Files every outstanding reservation under its hash as a checkpoint
+  // (positions other than the anchor marked speculative unless keep_all).
+  // Returns how many.
+  absl::StatusOr<int32_t> Publish(SlotHolding& holding, bool keep_all);
+  // Hands the outstanding reservations back vacant. Returns how many.
+  absl::StatusOr<int32_t> Cancel(SlotHolding& holding);
+
+  // ------------------------------------------------------------ the rest
+
+  // The holder takes its fork source over as its committed slot (ATOM's
+  // cancel_state_fork): its fresh slot goes back, the source stops being a
+  // checkpoint, its pin goes. Returns the new holding.slots[0].
+  // REQUIRES: the caller's clock holds exactly the one pin on fork_src.
+  // Errors: FAILED_PRECONDITION no fork source, or other pins on it.
+  absl::StatusOr<int64_t> AdoptForkSource(SlotHolding& holding);
+
+  // Everything the holding holds goes back: reservations vacant, slots to
+  // the pool (a checkpointed slot's hash filed again), and, when
+  // `drop_reader`, its pin on fork_src (the caller's clock still held it).
+  // Leaves the holding empty.
+  absl::Status Release(SlotHolding& holding, bool drop_reader);
+
+  // Copies the committed slot into a fresh one filed under `hash` at
+  // `position` (reserve, copy, publish: the midstep rules apply).
+  // Errors: FAILED_PRECONDITION no state memory, or the transfer does not
+  //   allow midstep reads; INVALID_ARGUMENT negative hash; INTERNAL a device
+  //   failure (nothing filed).
+  absl::StatusOr<SnapshotOutcome> Snapshot(const SlotHolding& holding,
+                                           int64_t position, int64_t hash);
+  // Copies holding.slots[from_index] onto holding.slots[to_index]. Returns
+  // the bytes copied.
+  // Errors: FAILED_PRECONDITION no state memory; INVALID_ARGUMENT indices
+  //   not two different ones of the holding's slots; INTERNAL device.
+  absl::StatusOr<uint64_t> Copy(const SlotHolding& holding, int32_t from_index,
+                                int32_t to_index);
+
+  // ------------------------------------------------------------ index
+
+  // The reference's resumable_hit / lookup (read-only).
+  absl::StatusOr<int64_t> ResumableHit(int64_t num_tokens,
+                                       int32_t kv_hit_blocks,
+                                       absl::Span<const int64_t> hashes,
+                                       bool assume_checkpointed) const;
+  absl::StatusOr<int64_t> Lookup(int64_t hash) const {
+    return pool_.Lookup(hash);
+  }
+  // Drops the checkpoints filed under `hashes` (their KV blocks were
+  // evicted). Returns how many were orphaned.
+  // Errors: INVALID_ARGUMENT a negative hash (none dropped).
+  absl::StatusOr<int32_t> Unindex(absl::Span<const int64_t> hashes);
+  void ClearIndex() { pool_.ClearIndex(); }
+
+  // ------------------------------------------------------------ pins
+
+  // One clock's share of the pin clock, in the order the caller gives:
+  // drops `count` pins on `slot` (freeing it when none remain).
+  // REQUIRES: 1 <= count <= the pool's pins on slot.
+  absl::Status ReturnPins(int64_t slot, int32_t count);
+  // The slot's next-batch reader has been built: its pin returns at the
+  // clock's next tick rather than this one.
+  absl::Status EndDeferral(int64_t slot);
+
+  // ------------------------------------------------------------ resizing
+
+  // Grows to `target` slots: the memory first, so a slot never lacks its
+  // bytes; if the memory cannot follow, nothing changes.
+  // REQUIRES: target > num_slots().
+  absl::Status Grow(int64_t target);
+
+  // One step of a shrink towards `target`: retires the top slot while it can
+  // (a free one goes; a checkpoint or a live slot moves down to the lowest
+  // vacant slot, holder updated and reported in `moved`), copies the moved
+  // slots' bytes in batches (a slot moved twice flushes the batch first, so
+  // each batch is order-independent), and resizes the memory. Stops at the
+  // target, at a top slot whose reservation's forward may be writing it, or
+  // at one that is pinned or has nowhere to go.
+  struct ShrinkProgress {
+    bool reached = false;  // num_slots() == target
+    int64_t relocated = 0;
+    // A failure after the pool moved on: the pool's decisions stand (the
+    // step is not all-or-nothing once a slot is retired), and the bytes of
+    // the moved slots are not vouched for. OK otherwise.
+    absl::Status failure;
+  };
+  ShrinkProgress ShrinkStep(int64_t target, std::vector<Relocation>& moved);
+
+  // ------------------------------------------------------------ owners
+
+  struct Owner {
+    SlotHolding* holding = nullptr;  // null: free, checkpoint or pinned only
+    int32_t index = -1;              // in holding->slots; -1 a reservation
+  };
+  // REQUIRES: slot >= 0.
+  Owner OwnerOf(int64_t slot) const {
+    return slot < static_cast<int64_t>(owners_.size()) ? owners_[slot]
+                                                       : Owner{};
+  }
+  // Slots the owner table names (live slots and reservations).
+  int64_t NumOwned() const;
+
+ private:
+  SlotMemory(SlotPool pool, std::shared_ptr<Device> device);
+
+  Sequence SequenceOf(const SlotHolding& holding) const;
+  void SetOwner(int64_t slot, SlotHolding* holding, int32_t index);
+  void ClearOwner(int64_t slot);
+  // Runs one batch on the device, reporting it to the observers.
+  absl::StatusOr<uint64_t> RunCopy(
+      absl::Span<const std::pair<int64_t, int64_t>> pairs, CopyReason reason);
+  // A call the verb checked cannot fail; if it does, the verb reports the
+  // broken invariant rather than going on.
+  static absl::Status Broken(const absl::Status& status, const char* call);
+
+  SlotPool pool_;
+  std::shared_ptr<Device> device_;
+  std::vector<Owner> owners_;
+  std::vector<CopyObserver*> copy_observers_;
+  // ShrinkStep's batch (reused).
+  std::vector<std::pair<int64_t, int64_t>> batch_;
+  absl::flat_hash_set<int64_t> touched_;
+};
+
+}  // namespace statecache
+
+#endif  // STATECACHE_DAEMON_CORE_SLOT_MEMORY_H_

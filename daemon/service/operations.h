@@ -1,0 +1,85 @@
+// The Step operations: one handler per kind, over a session and the pool's
+// verbs (daemon/core/slot_memory.h), dispatched from one kind -> handler
+// table that serves the list form and the packed form alike, so both forms
+// make the same decisions by construction.
+//
+// Each handler returns the operation's status and fills its result; a
+// refusal leaves every structure as it was (its result is then discarded).
+//
+// Thread safety: thread-compatible; StateCache runs a Step's operations
+// under its mutex, with one OperationScratch per StateCache.
+#ifndef STATECACHE_DAEMON_SERVICE_OPERATIONS_H_
+#define STATECACHE_DAEMON_SERVICE_OPERATIONS_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "daemon/core/slot_memory.h"
+#include "daemon/service/packed_pass.h"
+#include "daemon/service/session.h"
+#include "daemon/service/sessions.h"
+#include "proto/statecache/v1/statecache.pb.h"
+
+namespace statecache {
+
+// Resumes and the like, as GetStats reports them.
+struct ServiceCounters {
+  int64_t resumes_fork = 0;
+  int64_t resumes_adopt = 0;
+  int64_t resumes_miss = 0;
+  int64_t lease_expiries = 0;
+  int64_t sessions_evicted = 0;
+  int64_t resume_blocks_wanted = 0;
+  int64_t resume_blocks_resumed = 0;
+};
+
+// Told of each resumed admission (kv_hit_blocks > 0). Called under the
+// core's mutex: must be cheap.
+class ResumeObserver {
+ public:
+  virtual ~ResumeObserver() = default;
+  virtual void OnResume(ResumeOutcome outcome, int64_t blocks_wanted,
+                        int64_t blocks_resumed) {}
+};
+
+// What an operation runs against.
+struct OperationContext {
+  SlotMemory& memory;
+  Session& session;
+  ServiceCounters& counters;
+  PinScratch& pins;
+  uint64_t& next_request_seqno;
+  const std::vector<ResumeObserver*>& resume_observers;
+  bool draining = false;
+};
+
+// One message of each operation kind and its result, which a packed Step's
+// operations are read into in turn (reused: no allocation per operation).
+class OperationScratch;
+struct OperationScratchDeleter {
+  void operator()(OperationScratch* scratch) const;
+};
+using OperationScratchPtr =
+    std::unique_ptr<OperationScratch, OperationScratchDeleter>;
+OperationScratchPtr NewOperationScratch();
+
+// Runs one list-form operation.
+// REQUIRES: op.kind_case() != KIND_NOT_SET.
+absl::Status RunOperation(OperationContext& context, const v1::Operation& op,
+                          v1::OperationResult* result);
+
+// Runs the next packed operation, of kind `kind`: read into the scratch
+// message of its kind, run, its result written packed (or its refusal).
+// REQUIRES: the pass passed ValidatePackedOperations; `kind` is the next
+// operation's.
+absl::Status RunPackedOperation(OperationContext& context,
+                                v1::Operation::KindCase kind,
+                                PackedOperationReader& reader,
+                                PackedResultWriter& writer,
+                                OperationScratch& scratch);
+
+}  // namespace statecache
+
+#endif  // STATECACHE_DAEMON_SERVICE_OPERATIONS_H_

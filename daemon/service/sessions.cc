@@ -1,0 +1,202 @@
+#include "daemon/service/sessions.h"
+
+#include <algorithm>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "daemon/common/status_macros.h"
+
+namespace statecache {
+namespace {
+
+constexpr size_t kEndedSessionsRemembered = 1024;
+
+std::string RandomToken() {
+  std::random_device rd;  // /dev/urandom on Linux
+  uint64_t a = (uint64_t{rd()} << 32) | rd();
+  uint64_t b = (uint64_t{rd()} << 32) | rd();
+  return absl::StrFormat("%016x%016x", a, b);
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------ table
+
+Session& SessionTable::Add(std::string client_name, absl::Time now) {
+  auto session = std::make_unique<Session>();
+  session->id = RandomToken();
+  session->client_name = std::move(client_name);
+  session->attached_at = session->last_seen = now;
+  Session& added = *session;
+  sessions_.emplace(added.id, std::move(session));
+  return added;
+}
+
+Session* SessionTable::Get(absl::string_view id) const {
+  auto it = sessions_.find(id);
+  return it == sessions_.end() ? nullptr : it->second.get();
+}
+
+std::optional<SessionEnd> SessionTable::EndedHow(absl::string_view id) const {
+  auto it = ended_.find(id);
+  if (it == ended_.end()) return std::nullopt;
+  return it->second;
+}
+
+void SessionTable::Erase(const std::string& id, SessionEnd how) {
+  // By value: `id` may live in the session being erased.
+  const std::string key = id;
+  sessions_.erase(key);
+  if (ended_.emplace(key, how).second) {
+    ended_order_.push_back(key);
+    if (ended_order_.size() > kEndedSessionsRemembered) {
+      ended_.erase(ended_order_.front());
+      ended_order_.erase(ended_order_.begin());
+    }
+  }
+}
+
+std::vector<std::string> SessionTable::Lapsed(absl::Time now,
+                                              absl::Duration ttl) const {
+  std::vector<std::string> lapsed;
+  for (const auto& [id, session] : sessions_) {
+    if (now - session->last_seen > ttl) lapsed.push_back(id);
+  }
+  return lapsed;
+}
+
+absl::Time SessionTable::NextLapse(absl::Duration ttl) const {
+  absl::Time next = absl::InfiniteFuture();
+  for (const auto& [id, session] : sessions_) {
+    next = std::min(next, session->last_seen + ttl);
+  }
+  return next;
+}
+
+int64_t SessionTable::NumRequests() const {
+  int64_t n = 0;
+  for (const auto& [id, session] : sessions_) {
+    n += static_cast<int64_t>(session->requests.size());
+  }
+  return n;
+}
+
+std::vector<const Session*> SessionTable::InAttachOrder() const {
+  std::vector<const Session*> sorted;
+  for (const auto& [id, session] : sessions_) sorted.push_back(session.get());
+  std::sort(sorted.begin(), sorted.end(),
+            [](const Session* a, const Session* b) {
+              return a->attached_at != b->attached_at
+                         ? a->attached_at < b->attached_at
+                         : a->id < b->id;
+            });
+  return sorted;
+}
+
+std::vector<const Session*> SessionTable::InIdOrder() const {
+  std::vector<const Session*> sorted;
+  for (const auto& [id, session] : sessions_) sorted.push_back(session.get());
+  std::sort(sorted.begin(), sorted.end(),
+            [](const Session* a, const Session* b) { return a->id < b->id; });
+  return sorted;
+}
+
+// ------------------------------------------------------------------ pins
+
+void AddReader(Session& session, int64_t slot, Request* request,
+               bool deferred) {
+  SessionPin& pin = session.pins[slot];
+  ++pin.count;
+  if (deferred) pin.deferred = true;
+  pin.readers.push_back(request);
+}
+
+absl::StatusOr<int32_t> TickPinClock(SlotMemory& memory, Session& session,
+                                     PinScratch& scratch) {
+  // Deferrals end in any order (each touches only its own slot); releases
+  // refile slots, so they go in slot order, and only they are sorted.
+  int32_t released = 0;
+  scratch.sorted.clear();
+  for (auto& [slot, pin] : session.pins) {
+    if (pin.deferred) {
+      pin.deferred = false;
+      RETURN_IF_ERROR(memory.EndDeferral(slot));
+    } else {
+      scratch.sorted.emplace_back(slot, &pin);
+    }
+  }
+  SortBySlot(scratch.sorted, scratch.sort,
+             [](const auto& p) { return p.first; });
+  absl::Status status;
+  for (const auto& [slot, pin] : scratch.sorted) {
+    if (status.ok()) status = memory.ReturnPins(slot, pin->count);
+    released += pin->count;
+    // Its readers forget it: the slot may be handed to someone else now.
+    for (Request* reader : pin->readers) reader->fork_src = -1;
+    session.pins.erase(slot);
+  }
+  scratch.sorted.clear();
+  RETURN_IF_ERROR(status);
+  return released;
+}
+
+absl::Status ReleaseRequest(SlotMemory& memory, Session& session,
+                            Request& request) {
+  if (session.recent == &request) session.recent = nullptr;
+  const int64_t src = request.fork_src;
+  auto pin = src >= 0 ? session.pins.find(src) : session.pins.end();
+  const bool reads = pin != session.pins.end();
+  RETURN_IF_ERROR(memory.Release(request, /*drop_reader=*/reads));
+  if (reads) {
+    pin->second.RemoveReader(&request);
+    if (--pin->second.count == 0) session.pins.erase(pin);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int32_t> ReleaseSession(SlotMemory& memory, Session& session,
+                                       PinScratch& scratch) {
+  std::vector<Request*> requests;
+  requests.reserve(session.requests.size());
+  for (auto& [id, request] : session.requests) {
+    requests.push_back(request.get());
+  }
+  std::sort(
+      requests.begin(), requests.end(),
+      [](const Request* a, const Request* b) { return a->seqno < b->seqno; });
+  // Every step runs even after a failure, so the session gives back all it
+  // can; the first failure is reported.
+  absl::Status status;
+  for (Request* request : requests) {
+    absl::Status st = ReleaseRequest(memory, session, *request);
+    if (status.ok()) status = st;
+  }
+  const auto released = static_cast<int32_t>(requests.size());
+  session.requests.clear();
+  session.recent = nullptr;
+  session.SortedPins(scratch.sorted, scratch.sort);
+  for (const auto& [slot, pin] : scratch.sorted) {
+    absl::Status st = memory.ReturnPins(slot, pin->count);
+    if (status.ok()) status = st;
+  }
+  scratch.sorted.clear();
+  session.pins.clear();
+  RETURN_IF_ERROR(status);
+  return released;
+}
+
+absl::StatusOr<Request*> FindRequest(Session& session, absl::string_view id) {
+  if (session.recent != nullptr && session.recent->id == id) {
+    return session.recent;
+  }
+  auto it = session.requests.find(id);
+  if (it == session.requests.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("this session holds no request '", id, "'"));
+  }
+  session.recent = it->second.get();
+  return session.recent;
+}
+
+}  // namespace statecache
