@@ -1385,7 +1385,7 @@ class ReferenceComparison {
       }
       c->identical_ = differ == 0 && line_no == rec.recorder.results().size();
     }
-    if (c->dir_.empty()) std::remove(got.c_str());
+    std::remove(got.c_str());
     c->script_ = std::make_unique<PacedReference>(
         absl::StrCat(python, " ", script, " --paced --reference-dir ", ref,
                      " --passes ", c->passes_, " ", c->trace_));
