@@ -15,9 +15,6 @@
 //     sizes, each pool first filled to the same occupancy, printing ns/call
 //     and the ratio to the smallest size.
 // Every figure is the median of --reps repetitions.
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
@@ -35,6 +32,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "bench/paced_reference.h"
 #include "daemon/core/huge_page_allocator.h"
 #include "daemon/core/slot_pool.h"
 #include "daemon/replay/trace.h"
@@ -357,57 +355,17 @@ op_kDump:  // never in the log
 #pragma GCC diagnostic pop
 #undef STATECACHE_REPLAY_OPS
 
-// The reference's timing script (reference_timing.py --paced) as a child
-// process that runs one repetition each time it is asked: the trace is
-// loaded and converted once, and repetitions can interleave with the pool's.
-class PacedReference {
- public:
-  explicit PacedReference(const std::string& command) {
-    int to_child[2], from_child[2];
-    if (pipe(to_child) != 0 || pipe(from_child) != 0) std::abort();
-    pid_ = fork();
-    if (pid_ == 0) {
-      dup2(to_child[0], 0);
-      dup2(from_child[1], 1);
-      close(to_child[0]);
-      close(to_child[1]);
-      close(from_child[0]);
-      close(from_child[1]);
-      execl("/bin/sh", "sh", "-c", command.c_str(),
-            static_cast<char*>(nullptr));
-      _exit(127);
-    }
-    close(to_child[0]);
-    close(from_child[1]);
-    to_ = fdopen(to_child[1], "w");
-    from_ = fdopen(from_child[0], "r");
+// Calls/s of one repetition of the reference's timing script.
+double ReferenceRate(PacedReference& reference) {
+  const std::string line = reference.RunOnce();
+  long long n = 0, ns = 0;
+  if (std::sscanf(line.c_str(), "calls=%lld ns=%lld", &n, &ns) != 2 ||
+      ns <= 0) {
+    std::fprintf(stderr, "pool_bench: the reference's timing script failed\n");
+    std::exit(1);
   }
-  ~PacedReference() {
-    std::fclose(to_);  // end of input: the script exits
-    std::fclose(from_);
-    int status = 0;
-    waitpid(pid_, &status, 0);
-  }
-  // Runs one repetition; its calls/s.
-  double RunOnce() {
-    std::fputs("go\n", to_);
-    std::fflush(to_);
-    char line[256];
-    long long n = 0, ns = 0;
-    if (std::fgets(line, sizeof line, from_) == nullptr ||
-        std::sscanf(line, "calls=%lld ns=%lld", &n, &ns) != 2 || ns <= 0) {
-      std::fprintf(stderr,
-                   "pool_bench: the reference's timing script failed\n");
-      std::exit(1);
-    }
-    return n / (ns * 1e-9);
-  }
-
- private:
-  pid_t pid_ = -1;
-  FILE* to_ = nullptr;
-  FILE* from_ = nullptr;
-};
+  return n / (ns * 1e-9);
+}
 
 // "40.1 41.0 43.2": the ratios, ascending.
 std::string FormatRatios(std::vector<double> ratios) {
@@ -515,9 +473,9 @@ void TraceComparison(const std::string& trace) {
   std::vector<double> ref_rates, cpp_rates, ratios;
   for (int r = 0; r < reps; ++r) {
     double py = 0;
-    if (reference && r % 2 == 0) py = reference->RunOnce();
+    if (reference && r % 2 == 0) py = ReferenceRate(*reference);
     const double c = cpp_rate();
-    if (reference && r % 2 == 1) py = reference->RunOnce();
+    if (reference && r % 2 == 1) py = ReferenceRate(*reference);
     cpp_rates.push_back(c);
     if (reference) {
       ref_rates.push_back(py);

@@ -5,6 +5,8 @@
 //                                 list and packed)
 //   rpc_bench --client_cpus=0 --server_cpus=1   (pinned; the first line of
 //                                 the output says where each side ran)
+//   rpc_bench --rows "packed, 256" --paired=false --calibrate=false
+//             --throughput=false   (the reference table and its rows only)
 //
 // Starts its own statecached on a Unix socket in a temporary directory and
 // measures, on that socket in the same run:
@@ -23,6 +25,35 @@
 //     steps over StepStream).
 // Every figure is the median over --reps runs, each run going through every
 // row in turn; a ratio is the median of the runs' ratios to their own Ping.
+//
+// The reference table (--reference, on by default) says what moving the
+// pool out of process costs a scheduler against the in-process pool it has
+// today. Before anything is timed, the pool calls the in-process row's
+// 256-op passes make (50 untimed passes, then --reference_passes timed ones,
+// at most --iterations) are recorded as a pool trace (shared/reference/
+// TRACE_FORMAT.md) by PoolCallRecorder, which mirrors StateCache's mapping
+// of each operation onto SlotPool calls (the mapping is documented there);
+// the run stops if the recorded calls leave the pool otherwise than a
+// StateCache's Step of the same passes does, and prints a WARNING if the
+// reference's run_trace.py gives any result other than SlotPool's (the
+// table's heading says they were identical). Then, in every run, among the
+// other rows:
+//   * `reference pool (Python)`: those calls on the reference pool in a
+//     Python process (--python; bench/reference_timing.py --paced --passes),
+//     arguments converted before the clock, each pass timed as one;
+//   * `SlotPool (C++)`: the same calls on this project's pool alone
+//     (replay::Invoke, as statecache-replay runs a trace);
+//   * `in-process, packed, 256 ops`: the same passes through
+//     StateCache::Step (the core pass, metrics on);
+// and the table prints them with the `Step, 256 ops, packed` (unary) and
+// `StepStream, 256 ops, packed` round trips, p50 and p99 of one pass and the
+// p50's ratio to the reference's (the median of the runs' ratios). These
+// rows run whatever --rows selects. With no run_trace.py in
+// --reference_dir (a clone has no ../shared beside it) or --reference=false,
+// one line says `reference rows not run: ` and why, and the rest runs as
+// before. --pool_trace=PATH keeps the trace (PATH.passes.json: where the
+// timed passes start and end); it replays on statecache-replay and
+// run_trace.py with identical results.
 //
 // A second table (--paired) times each Step row against a Ping made under
 // the same conditions: interleaved with it in blocks, and with the client
@@ -57,14 +88,18 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/ascii.h"
@@ -74,8 +109,11 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "bench/paced_reference.h"
 #include "client/statecache_client.h"
+#include "daemon/core/slot_pool.h"
 #include "daemon/metrics/metrics.h"
+#include "daemon/replay/trace.h"
 #include "daemon/service/state_cache.h"
 #include "proto/statecache/v1/statecache.grpc.pb.h"
 
@@ -110,6 +148,23 @@ ABSL_FLAG(bool, in_process_only, false,
 ABSL_FLAG(std::string, client_cpus, "",
           "run the benchmark's client on these CPUs (\"0\", \"0,2\", \"0-3\"); "
           "empty: wherever the scheduler puts it");
+ABSL_FLAG(bool, reference, true,
+          "also run the reference table: the 256-op pass's pool calls on the "
+          "reference pool (Python, in-process) and on SlotPool, and the "
+          "256-op packed rows as ratios to the reference (its rows run "
+          "whatever --rows says)");
+ABSL_FLAG(std::string, reference_dir, STATECACHE_REFERENCE_DIR_DEFAULT,
+          "directory of the reference's run_trace.py");
+ABSL_FLAG(std::string, source_dir, STATECACHE_SOURCE_DIR_DEFAULT,
+          "the repository (for bench/reference_timing.py)");
+ABSL_FLAG(std::string, python, "/usr/bin/python3",
+          "the Python that runs the reference");
+ABSL_FLAG(int, reference_passes, 300,
+          "timed passes per run of the reference table's pool rows (at most "
+          "--iterations), after 50 untimed ones");
+ABSL_FLAG(std::string, pool_trace, "",
+          "keep the recorded trace here (and where its passes start in "
+          "PATH.passes.json); empty: a temporary file, removed");
 ABSL_FLAG(std::string, server_cpus, "",
           "run statecached (and the calibration server) on these CPUs; "
           "empty: as the client");
@@ -357,6 +412,11 @@ class Scheduler {
     StepBuilder b;
     BuildPass(b);
     return b;
+  }
+  // The next pass written through `out` (see BuildPass): PoolCallRecorder.
+  template <typename Out>
+  void NextPassInto(Out& out) {
+    BuildPass(out);
   }
 
  private:
@@ -951,6 +1011,453 @@ Latency InProcessStepLatency(int ops, int n, bool wire = false,
   return Summarise(us);
 }
 
+// ------------------------------------------------------- the reference pool
+
+// The reference table: the pool calls one 256-op pass makes, run on the
+// reference pool (shared/reference/state_slot_pool.py, in a Python process:
+// the in-process pool a Python scheduler calls today), against what the same
+// pass costs this project in-process and over the socket.
+//
+// The calls are recorded as a pool trace (shared/reference/TRACE_FORMAT.md)
+// by PoolCallRecorder: a pass writer (Scheduler::BuildPass's `Out`) that,
+// for each operation, makes on a SlotPool of its own the pool calls that
+// StateCache's Apply for that operation makes (daemon/service/
+// state_cache.cc), in the same order, with the same arguments and the same
+// short-circuits, and writes each call as a trace line. The results it needs
+// to go on (the slots popped, a checkpoint's new slot) come from running
+// each line through replay::Invoke, as statecache-replay would. The mapping,
+// for the operations these passes use:
+//
+//   begin_pass     release_pins (Apply's EndDeferral / ReleasePin per pin of
+//                  the session, in slot order, is release_pins when one
+//                  session holds every pin, as here)
+//   admit          num_free; resumable_hit(seq, kv_hit, hashes, false); on a
+//                  hit: lookup(its last hash), is_pinned(src), is_free(src)
+//                  unless pinned, and if the checkpoint is readable:
+//                  promote(src), claim(src) unless pinned, num_free, then
+//                  pop_many(width) + pin(src, false) (fork), or
+//                  invalidate(src) + pop_many(width - 1) (adopt); else
+//                  pop_many(width)
+//   checkpoint     checkpoint(seq, boundary_blocks, hash)
+//   consume_fork   none (the session's bookkeeping only)
+//   release        release_many(slots); drop_reader(src) while its fork
+//                  source is still pinned for it
+//   resumable_hit  resumable_hit(seq, kv_hit, hashes, false)
+//
+// where seq is the request's (state_slot its first slot, num_tokens and
+// midstep_anchor_pos from its admit). Only the path these passes take is
+// mirrored: one session, every operation accepted (Apply's validation makes
+// no pool call and is not repeated), no reservations, no resize. Every run
+// checks the mirror: after the same passes the recorder's pool must equal
+// (PoolSnapshot, every field) the pool of a StateCache that ran them.
+class PoolCallRecorder {
+ public:
+  PoolCallRecorder() {
+    lines_.push_back(absl::StrCat(
+        "{\"op\":\"config\",\"num_slots\":", kSlots,
+        ",\"hash_block_size\":", kBlock,
+        ",\"enabled\":true,\"transfer\":{\"kind\":\"fork\",\"fork_tokens\":1,"
+        "\"readable_midstep\":true}}"));
+    const replay::ParsedLine config = replay::ParseLine(lines_[0]);
+    absl::StatusOr<SlotPool> pool = replay::MakePool(config.config);
+    if (config.kind != replay::ParsedLine::Kind::kConfig || !pool.ok()) {
+      std::fprintf(stderr, "rpc_bench: the trace's config is refused\n");
+      std::exit(1);
+    }
+    config_ = config.config;
+    pool_.emplace(*std::move(pool));
+    results_.push_back("{\"ok\":true}");
+  }
+
+  // The pass writer (see Scheduler::BuildPass).
+  size_t size() const { return ops_; }
+  void BeginPass() {
+    ops_ = 1;
+    (void)Call("{\"op\":\"release_pins\"}");
+    for (auto it = pins_.begin(); it != pins_.end();) {
+      if (it->second.deferred) {
+        it->second.deferred = false;
+        ++it;
+        continue;
+      }
+      for (const std::string& reader : it->second.readers) {
+        auto r = requests_.find(reader);
+        if (r != requests_.end()) r->second.fork_src = -1;
+      }
+      it = pins_.erase(it);
+    }
+  }
+  void Release(const std::string& id) {
+    ++ops_;
+    Request& r = requests_.at(id);
+    (void)Call(absl::StrCat(
+        "{\"op\":\"release_many\",\"slots\":", Ints(r.slots), "}"));
+    if (r.fork_src >= 0) {
+      auto pin = pins_.find(r.fork_src);
+      if (pin != pins_.end()) {
+        (void)Call(
+            absl::StrCat("{\"op\":\"drop_reader\",\"slot\":", r.fork_src, "}"));
+        pin->second.readers.erase(id);
+        if (--pin->second.count == 0) pins_.erase(pin);
+      }
+    }
+    requests_.erase(id);
+  }
+  void ConsumeFork(const std::string& id) {
+    ++ops_;
+    Request& r = requests_.at(id);
+    if (r.fork_src >= 0) {
+      RemoveReader(r.fork_src, id);
+      r.fork_src = -1;
+    }
+  }
+  void Checkpoint(const std::string& id, int64_t blocks, int64_t hash) {
+    ++ops_;
+    Request& r = requests_.at(id);
+    const auto forked = std::get<CheckpointResult>(Call(absl::StrCat(
+        "{\"op\":\"checkpoint\",\"seq\":", Seq(r),
+        ",\"boundary_blocks\":", blocks, ",\"hash\":", hash, "}")));
+    if (forked.state_fork_src < 0) return;
+    r.slots[0] = forked.state_slot;
+    if (r.fork_src >= 0) RemoveReader(r.fork_src, id);
+    Pin& pin = pins_[forked.state_fork_src];
+    ++pin.count;
+    pin.deferred = true;
+    pin.readers.insert(id);
+    r.fork_src = forked.state_fork_src;
+  }
+  void Admit(const std::string& id, int32_t width, int64_t num_tokens,
+             int64_t anchor_pos, const std::vector<int64_t>& hashes,
+             int32_t kv_hit) {
+    ++ops_;
+    if (NumFree() < width) return;  // refused: admit it later
+    Request r;
+    r.num_tokens = num_tokens;
+    r.anchor_pos = anchor_pos;
+    int64_t hit = std::get<int64_t>(Call(
+        absl::StrCat("{\"op\":\"resumable_hit\",\"seq\":", Seq(r),
+                     ",\"hit\":", kv_hit, ",\"block_hashes\":", Ints(hashes),
+                     ",\"assume_checkpointed\":false}")));
+    int64_t src = -1;
+    bool src_pinned = false;
+    if (hit > 0) {
+      src = std::get<int64_t>(Call(
+          absl::StrCat("{\"op\":\"lookup\",\"hash\":", hashes[hit - 1], "}")));
+      const bool in_range = src >= 0 && src < pool_->num_slots();
+      src_pinned =
+          in_range && std::get<bool>(Call(absl::StrCat(
+                          "{\"op\":\"is_pinned\",\"slot\":", src, "}")));
+      if (!in_range ||
+          (!src_pinned && !std::get<bool>(Call(absl::StrCat(
+                              "{\"op\":\"is_free\",\"slot\":", src, "}"))))) {
+        hit = 0;
+        src = -1;
+      }
+    }
+    if (hit > 0) {
+      (void)Call(absl::StrCat("{\"op\":\"promote\",\"slot\":", src, "}"));
+      if (!src_pinned) {
+        (void)Call(absl::StrCat("{\"op\":\"claim\",\"slot\":", src, "}"));
+      }
+      if (NumFree() >= width) {
+        r.slots = PopMany(width);
+        (void)Call(absl::StrCat("{\"op\":\"pin\",\"slot\":", src,
+                                ",\"reader_is_next_batch\":false}"));
+        Pin& pin = pins_[src];
+        ++pin.count;
+        pin.readers.insert(id);
+        r.fork_src = src;
+      } else {
+        (void)Call(absl::StrCat("{\"op\":\"invalidate\",\"slot\":", src, "}"));
+        r.slots = {src};
+        for (int64_t s : PopMany(width - 1)) r.slots.push_back(s);
+      }
+    } else {
+      r.slots = PopMany(width);
+    }
+    requests_[id] = std::move(r);
+  }
+  void ResumableHit(int64_t num_tokens, const std::vector<int64_t>& hashes,
+                    int32_t kv_hit) {
+    ++ops_;
+    Request query;
+    query.num_tokens = num_tokens;
+    (void)Call(absl::StrCat(
+        "{\"op\":\"resumable_hit\",\"seq\":", Seq(query), ",\"hit\":", kv_hit,
+        ",\"block_hashes\":", Ints(hashes), ",\"assume_checkpointed\":false}"));
+  }
+
+  // The trace: the config line, then one line per call.
+  const std::vector<std::string>& lines() const { return lines_; }
+  // One result per line, as statecache-replay prints them.
+  const std::vector<std::string>& results() const { return results_; }
+  const std::vector<replay::Call>& calls() const { return calls_; }
+  const replay::PoolConfig& config() const { return config_; }
+  PoolSnapshot Dump() const { return pool_->Dump(); }
+
+ private:
+  struct Request {
+    std::vector<int64_t> slots;
+    int64_t fork_src = -1;
+    int64_t num_tokens = 0;
+    int64_t anchor_pos = 0;
+  };
+  // The session's pin of a slot (StateCache's SessionPin).
+  struct Pin {
+    int count = 0;
+    bool deferred = false;
+    std::set<std::string> readers;
+  };
+
+  // Records `line` and runs it; a refused call means the mirror is wrong.
+  replay::Value Call(std::string line) {
+    replay::ParsedLine parsed = replay::ParseLine(line);
+    if (parsed.kind != replay::ParsedLine::Kind::kCall) {
+      std::fprintf(stderr, "rpc_bench: recorded a bad trace line: %s: %s\n",
+                   line.c_str(), parsed.error.c_str());
+      std::exit(1);
+    }
+    replay::CallResult result = replay::Invoke(*pool_, parsed.call);
+    if (!result.status.ok()) {
+      std::fprintf(stderr, "rpc_bench: the pool refused recorded call %s: %s\n",
+                   line.c_str(), result.status.ToString().c_str());
+      std::exit(1);
+    }
+    results_.push_back(replay::FormatResult(result));
+    lines_.push_back(std::move(line));
+    calls_.push_back(std::move(parsed.call));
+    return std::move(result.value);
+  }
+  int64_t NumFree() { return std::get<int64_t>(Call("{\"op\":\"num_free\"}")); }
+  std::vector<int64_t> PopMany(int64_t count) {
+    return std::get<std::vector<int64_t>>(
+        Call(absl::StrCat("{\"op\":\"pop_many\",\"count\":", count, "}")));
+  }
+  void RemoveReader(int64_t slot, const std::string& id) {
+    auto pin = pins_.find(slot);
+    if (pin != pins_.end()) pin->second.readers.erase(id);
+  }
+  static std::string Ints(const std::vector<int64_t>& v) {
+    return absl::StrCat("[", absl::StrJoin(v, ","), "]");
+  }
+  // StateCache::SequenceOf.
+  static std::string Seq(const Request& r) {
+    return absl::StrCat("{\"state_slot\":", r.slots.empty() ? -1 : r.slots[0],
+                        ",\"num_tokens\":", r.num_tokens,
+                        ",\"has_per_req_cache\":true,\"midstep_anchor_pos\":",
+                        r.anchor_pos, ",\"checkpoint_end_pos\":0}");
+  }
+
+  std::vector<std::string> lines_;
+  std::vector<std::string> results_;
+  std::vector<replay::Call> calls_;
+  replay::PoolConfig config_;
+  std::optional<SlotPool> pool_;
+  size_t ops_ = 0;
+  absl::flat_hash_map<std::string, Request> requests_;
+  std::map<int64_t, Pin> pins_;  // in slot order, as release_pins goes
+};
+
+// The pool calls of `warmup` + `passes` 256-op passes of the in-process
+// row's scheduler (seed 7: the passes InProcessStepLatency and
+// UnaryStepTrip run), and where each timed pass's calls start and end.
+struct RecordedPasses {
+  PoolCallRecorder recorder;
+  int64_t untimed_calls = 0;        // the warm-up passes'
+  std::vector<int64_t> pass_calls;  // one per timed pass
+};
+
+std::unique_ptr<RecordedPasses> RecordPasses(int ops, int warmup, int passes) {
+  auto out = std::make_unique<RecordedPasses>();
+  Scheduler sched("unused", ops, 7);
+  for (int i = 0; i < warmup; ++i) sched.NextPassInto(out->recorder);
+  out->untimed_calls = static_cast<int64_t>(out->recorder.calls().size());
+  for (int i = 0; i < passes; ++i) {
+    const size_t before = out->recorder.calls().size();
+    sched.NextPassInto(out->recorder);
+    out->pass_calls.push_back(
+        static_cast<int64_t>(out->recorder.calls().size() - before));
+  }
+  // The mirror's check: a StateCache that ran the same passes has the same
+  // pool.
+  InProcessCache in(ops);  // its first 50 passes
+  for (int i = warmup; i < warmup + passes; ++i) {
+    v1::StepResponse resp;
+    (void)in.cache->Step(in.sched->NextPass(/*packed=*/true), &resp);
+    CheckStep(resp);
+  }
+  if (warmup != 50 || in.cache->DumpPool() != out->recorder.Dump()) {
+    std::fprintf(stderr,
+                 "rpc_bench: the recorded pool calls leave the pool otherwise "
+                 "than StateCache's Step of the same passes: the mirror in "
+                 "PoolCallRecorder no longer matches state_cache.cc\n");
+    std::exit(1);
+  }
+  return out;
+}
+
+bool Readable(const std::string& path) {
+  return access(path.c_str(), R_OK) == 0;
+}
+
+void WriteLines(const std::string& path,
+                const std::vector<std::string>& lines) {
+  std::string text;
+  for (const std::string& line : lines) absl::StrAppend(&text, line, "\n");
+  FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr ||
+      std::fwrite(text.data(), 1, text.size(), f) != text.size() ||
+      std::fclose(f) != 0) {
+    std::fprintf(stderr, "rpc_bench: cannot write %s\n", path.c_str());
+    std::exit(1);
+  }
+}
+
+// The reference table's own measurements: the recorded calls on the
+// reference (reference_timing.py --paced --passes, a child process) and on
+// SlotPool, one run each per call of Reference / SlotPoolPass.
+class ReferenceComparison {
+ public:
+  // Records the trace, checks it on the reference, starts the timing
+  // script. Null, with `why` set, when the reference is not there.
+  static std::unique_ptr<ReferenceComparison> Start(int passes,
+                                                    std::string* why) {
+    const std::string ref = absl::GetFlag(FLAGS_reference_dir);
+    const std::string python = absl::GetFlag(FLAGS_python);
+    const std::string script = absl::StrCat(absl::GetFlag(FLAGS_source_dir),
+                                            "/bench/reference_timing.py");
+    if (!Readable(absl::StrCat(ref, "/run_trace.py"))) {
+      *why = absl::StrCat("no run_trace.py in --reference_dir=", ref,
+                          " (a clone has no ../shared/reference beside it)");
+      return nullptr;
+    }
+    if (access(python.c_str(), X_OK) != 0 || !Readable(script)) {
+      *why = absl::StrCat("cannot run ", python, " ", script);
+      return nullptr;
+    }
+    std::unique_ptr<ReferenceComparison> c(new ReferenceComparison);
+    c->recorded_ = RecordPasses(256, 50, passes);
+    const std::string kept = absl::GetFlag(FLAGS_pool_trace);
+    if (kept.empty()) {
+      char tmpl[] = "/tmp/rpc_bench_trace.XXXXXX";
+      if (mkdtemp(tmpl) == nullptr) std::abort();
+      c->dir_ = tmpl;
+      c->trace_ = c->dir_ + "/pass.jsonl";
+    } else {
+      c->trace_ = kept;
+    }
+    c->passes_ = c->trace_ + ".passes.json";
+    const RecordedPasses& rec = *c->recorded_;
+    WriteLines(c->trace_, rec.recorder.lines());
+    WriteLines(c->passes_,
+               {absl::StrCat("{\"untimed_calls\":", rec.untimed_calls,
+                             ",\"pass_calls\":[",
+                             absl::StrJoin(rec.pass_calls, ","), "]}")});
+    // The reference must give, line for line, the results SlotPool gave:
+    // the same calls accepted, the same slots handed out.
+    const std::string got = c->dir_.empty() ? kept + ".reference.jsonl"
+                                            : c->dir_ + "/reference.jsonl";
+    const std::string cmd = absl::StrCat(python, " ", ref, "/run_trace.py ",
+                                         c->trace_, " -o ", got);
+    if (std::system(cmd.c_str()) != 0) {
+      std::printf("WARNING: the reference failed on the recorded trace (%s)\n",
+                  cmd.c_str());
+    } else {
+      std::ifstream in(got);
+      size_t line_no = 0, differ = 0;
+      for (std::string line; std::getline(in, line); ++line_no) {
+        if (line_no >= rec.recorder.results().size() ||
+            line != rec.recorder.results()[line_no]) {
+          if (differ++ == 0) {
+            std::printf(
+                "WARNING: the reference's result of trace line %zu differs "
+                "from SlotPool's: %s vs %s\n",
+                line_no + 1, line.c_str(),
+                line_no < rec.recorder.results().size()
+                    ? rec.recorder.results()[line_no].c_str()
+                    : "(none)");
+          }
+        }
+      }
+      if (line_no != rec.recorder.results().size() && differ == 0) {
+        std::printf("WARNING: the reference gave %zu results for %zu lines\n",
+                    line_no, rec.recorder.results().size());
+      }
+      c->identical_ = differ == 0 && line_no == rec.recorder.results().size();
+    }
+    std::remove(got.c_str());
+    c->script_ = std::make_unique<PacedReference>(
+        absl::StrCat(python, " ", script, " --paced --reference-dir ", ref,
+                     " --passes ", c->passes_, " ", c->trace_));
+    return c;
+  }
+  ~ReferenceComparison() {
+    script_.reset();
+    if (!dir_.empty()) {
+      std::remove(trace_.c_str());
+      std::remove(passes_.c_str());
+      rmdir(dir_.c_str());
+    }
+  }
+
+  // One run of the reference on the timed passes: p50 and p99 of a pass.
+  Latency Reference() {
+    const std::string line = script_->RunOnce();
+    long long calls = 0, ns = 0, passes = 0, p50 = 0, p99 = 0;
+    if (std::sscanf(line.c_str(),
+                    "calls=%lld ns=%lld passes=%lld p50_ns=%lld p99_ns=%lld",
+                    &calls, &ns, &passes, &p50, &p99) != 5 ||
+        passes != static_cast<long long>(recorded_->pass_calls.size())) {
+      std::fprintf(stderr, "rpc_bench: the reference's timing script failed\n");
+      std::exit(1);
+    }
+    return {p50 / 1e3, p99 / 1e3};
+  }
+  // The same on SlotPool: a fresh pool, the warm-up calls untimed, then
+  // pass by pass through replay::Invoke (as statecache-replay runs a trace).
+  Latency SlotPoolPass() const {
+    const RecordedPasses& rec = *recorded_;
+    const std::vector<replay::Call>& calls = rec.recorder.calls();
+    SlotPool pool = *replay::MakePool(rec.recorder.config());
+    size_t at = 0;
+    for (; at < static_cast<size_t>(rec.untimed_calls); ++at) {
+      (void)replay::Invoke(pool, calls[at]);
+    }
+    std::vector<double> us;
+    for (int64_t n : rec.pass_calls) {
+      const auto t0 = Clock::now();
+      for (int64_t i = 0; i < n; ++i, ++at) {
+        (void)replay::Invoke(pool, calls[at]);
+      }
+      us.push_back(MicrosSince(t0));
+    }
+    return Summarise(us);
+  }
+
+  // "N passes of M calls (median)", where the trace is, and whether the
+  // reference agreed with SlotPool on every result.
+  std::string Describe() const {
+    std::vector<int64_t> sizes = recorded_->pass_calls;
+    std::sort(sizes.begin(), sizes.end());
+    return absl::StrCat(
+        sizes.size(), " timed passes after 50 untimed, ",
+        sizes[sizes.size() / 2], " pool calls per pass (median; ",
+        sizes.front(), "-", sizes.back(), "); trace ",
+        dir_.empty() ? trace_ : "in a temporary file",
+        identical_ ? "; run_trace.py's results identical to SlotPool's"
+                   : "; run_trace.py's results DIFFER from SlotPool's");
+  }
+
+ private:
+  ReferenceComparison() = default;
+  std::unique_ptr<RecordedPasses> recorded_;
+  std::string dir_;  // temporary, removed; empty with --pool_trace
+  std::string trace_;
+  std::string passes_;
+  bool identical_ = false;
+  std::unique_ptr<PacedReference> script_;
+};
+
 // The same 256-op passes taken apart stage by stage, each timed on its own
 // (median of n): what each side pays to carry a pass through gRPC's own
 // serialisation (grpc::SerializationTraits into and out of a ByteBuffer, the
@@ -1142,12 +1649,26 @@ int main(int argc, char** argv) {
     return 0;
   }
   PrintPlatform();
+  const int n = absl::GetFlag(FLAGS_iterations);
+  const int reps = absl::GetFlag(FLAGS_reps);
+  // The reference table's trace, recorded and checked before anything is
+  // timed; null when it does not run (one line says why).
+  std::unique_ptr<ReferenceComparison> comparison;
+  {
+    std::string why = "--reference=false";
+    if (absl::GetFlag(FLAGS_reference)) {
+      comparison = ReferenceComparison::Start(
+          std::max(1, std::min(n, absl::GetFlag(FLAGS_reference_passes))),
+          &why);
+    }
+    if (comparison == nullptr) {
+      std::printf("reference rows not run: %s\n", why.c_str());
+    }
+  }
   Daemon daemon;
   auto channel =
       grpc::CreateChannel(daemon.address(), grpc::InsecureChannelCredentials());
   auto stub = v1::StateCache::NewStub(channel);
-  const int n = absl::GetFlag(FLAGS_iterations);
-  const int reps = absl::GetFlag(FLAGS_reps);
   {
     PingTrip warm(*stub);  // warm the channel
     (void)Measure(warm, 200);
@@ -1166,6 +1687,14 @@ int main(int argc, char** argv) {
     PassForm form = PassForm::kList;
     // Measure's gap, also the paired Ping's.
     std::chrono::microseconds gap{};
+    // A row of the reference table (run whatever --rows says, while that
+    // table runs); `reference_only`: printed there alone.
+    bool reference_table = false;
+    bool reference_only = false;
+  };
+  auto in_reference_table = [](Row row) {
+    row.reference_table = true;
+    return row;
   };
   auto unary_row = [&](const char* name, int ops, bool packed) {
     return Row{.name = name,
@@ -1222,7 +1751,7 @@ int main(int argc, char** argv) {
                                                     /*refused=*/true);
            }},
       unary_row("Step, 64 ops, packed", 64, true),
-      unary_row("Step, 256 ops, packed", 256, true),
+      in_reference_table(unary_row("Step, 256 ops, packed", 256, true)),
       {.name = "  packed, 1 ms apart",
        .trip =
            [&] {
@@ -1235,13 +1764,28 @@ int main(int argc, char** argv) {
       stream_row("StepStream, 1 op", 1, false),
       stream_row("StepStream, 64 ops", 64, false),
       stream_row("StepStream, 256 ops", 256, false),
-      stream_row("StepStream, 256 ops, packed", 256, true),
+      in_reference_table(stream_row("StepStream, 256 ops, packed", 256, true)),
       client_row("Client::Step, 256 ops", false),
       client_row("Client stream, 256 ops", true),
       {.name = "in-process, 256 ops",
        .run = [&] { return InProcessStepLatency(256, n); }},
       {.name = "  + protobuf both ways",
        .run = [&] { return InProcessStepLatency(256, n, /*wire=*/true); }},
+      {.name = "in-process, packed, 256 ops",
+       .run =
+           [&] {
+             return InProcessStepLatency(256, n, /*wire=*/false,
+                                         /*packed=*/true);
+           },
+       .reference_table = true},
+      {.name = "reference pool (Python)",
+       .run = [&] { return comparison->Reference(); },
+       .reference_table = true,
+       .reference_only = true},
+      {.name = "SlotPool (C++)",
+       .run = [&] { return comparison->SlotPoolPass(); },
+       .reference_table = true,
+       .reference_only = true},
   };
   // Each repetition runs every selected row in turn, so the machine's drift
   // (its speed moves by a half within a day) falls on all rows alike; a
@@ -1250,7 +1794,9 @@ int main(int argc, char** argv) {
   const std::string only = absl::GetFlag(FLAGS_rows);
   std::vector<const Row*> selected;
   for (const Row& row : rows) {
-    if (selected.empty() || absl::StrContains(row.name, only)) {
+    const bool for_reference = comparison != nullptr && row.reference_table;
+    if (selected.empty() || for_reference ||
+        (!row.reference_only && absl::StrContains(row.name, only))) {
       selected.push_back(&row);
     }
   }
@@ -1282,8 +1828,53 @@ int main(int argc, char** argv) {
       r50.push_back(l.p50_us / ping.p50_us);
       r99.push_back(l.p99_us / ping.p99_us);
     }
+    if (selected[i]->reference_only) continue;
     std::printf("  %-22s %10.1f %10.1f %11.2fx %11.2fx\n", selected[i]->name,
                 Median(p50), Median(p99), Median(r50), Median(r99));
+  }
+
+  // The reference table: the same 256-op pass on the reference pool in
+  // Python, in-process, and this project's ways of making it, each as a
+  // ratio to the reference (the median of the runs' ratios to their own
+  // reference run).
+  if (comparison != nullptr) {
+    // {row, its label here}, the reference first.
+    const std::pair<const char*, const char*> names[] = {
+        {"reference pool (Python)",
+         "reference pool (Python, in-process), its pool calls"},
+        {"SlotPool (C++)",
+         "statecache SlotPool, the same calls (replay::Invoke)"},
+        {"in-process, packed, 256 ops",
+         "statecache in-process core pass (StateCache::Step)"},
+        {"Step, 256 ops, packed", "unary Step round trip"},
+        {"StepStream, 256 ops, packed", "StepStream round trip"}};
+    std::vector<std::pair<size_t, const char*>> table;
+    for (const auto& [name, label] : names) {
+      for (size_t i = 0; i < selected.size(); ++i) {
+        if (std::string(selected[i]->name) == name)
+          table.emplace_back(i, label);
+      }
+    }
+    const size_t ref = table.front().first;
+    std::printf(
+        "\nreference: one 256-op pass's pool calls (%s) on the reference pool "
+        "in Python in-process (%s), against the same pass through this "
+        "project; p50 and p99 of a pass, median of %d runs; ratio: p50 / the "
+        "reference's p50\n",
+        comparison->Describe().c_str(), absl::GetFlag(FLAGS_python).c_str(),
+        reps);
+    std::printf("  %-53s %10s %10s %12s\n", "256-op pass (packed rows)",
+                "p50 us", "p99 us", "p50/ref");
+    for (const auto& [i, label] : table) {
+      std::vector<double> p50, p99, ratio;
+      for (int r = 0; r < reps; ++r) {
+        p50.push_back(runs[i][r].p50_us);
+        p99.push_back(runs[i][r].p99_us);
+        ratio.push_back(runs[i][r].p50_us / runs[ref][r].p50_us);
+      }
+      std::printf("  %-53s %10.1f %10.1f %11.3fx\n", label, Median(p50),
+                  Median(p99), Median(ratio));
+    }
   }
 
   // The same rows paired with Ping (see MeasurePaired). In the table above

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <array>
-#include <limits>
 #include <utility>
 #include <vector>
 
@@ -15,9 +14,7 @@
 namespace statecache {
 namespace {
 
-using prometheus::ClientMetric;
 using prometheus::MetricFamily;
-using prometheus::MetricType;
 
 // Microsecond work: 1 us to 1 s.
 constexpr std::array<double, 16> kLatencyBounds = {
@@ -97,154 +94,68 @@ const char* ReasonName(CopyReason reason) {
   return "unknown";
 }
 
-MetricFamily Family(std::string name, std::string help, MetricType type) {
-  MetricFamily f;
-  f.name = std::move(name);
-  f.help = std::move(help);
-  f.type = type;
-  return f;
-}
-
-ClientMetric Value(MetricType type, double v,
-                   std::vector<ClientMetric::Label> labels = {}) {
-  ClientMetric m;
-  m.label = std::move(labels);
-  if (type == MetricType::Counter) {
-    m.counter.value = v;
-  } else {
-    m.gauge.value = v;
-  }
-  return m;
+// A counter's total read from GetStats: the held counter is brought up to
+// it by what it grew since the last scrape (prometheus-cpp's Counter only
+// increments). The totals only grow; one that did not is left as it was.
+void CatchUp(prometheus::Counter* counter, int64_t total) {
+  const double grew = static_cast<double>(total) - counter->Value();
+  if (grew > 0) counter->Increment(grew);
 }
 
 }  // namespace
 
-// Reads StateCache's own counters at scrape time.
-class Metrics::StatsCollector final : public prometheus::Collectable {
- public:
-  StatsCollector(StateCache* cache, Options options)
-      : cache_(cache), options_(std::move(options)) {}
+// The children of the families whose values come from GetStats, each built
+// once in the constructor.
+struct Metrics::StatsSeries {
+  prometheus::Counter* checkpoints_kept = nullptr;
+  prometheus::Counter* checkpoints_dropped = nullptr;
+  prometheus::Counter* checkpoints_evicted = nullptr;
+  prometheus::Counter* checkpoints_orphaned = nullptr;
+  prometheus::Gauge* slots_used = nullptr;
+  prometheus::Gauge* slots_held = nullptr;
+  prometheus::Gauge* slots_vacant = nullptr;
+  prometheus::Gauge* slots_capacity = nullptr;
+  prometheus::Gauge* indexed_checkpoints = nullptr;
+  prometheus::Counter* resumes_fork = nullptr;
+  prometheus::Counter* resumes_adopt = nullptr;
+  prometheus::Counter* resumes_miss = nullptr;
+  prometheus::Counter* resume_blocks_wanted = nullptr;
+  prometheus::Counter* resume_blocks_resumed = nullptr;
+  prometheus::Gauge* sessions = nullptr;
+  prometheus::Gauge* requests = nullptr;
+  prometheus::Counter* lease_expiries = nullptr;
+  prometheus::Counter* session_evictions = nullptr;
+  prometheus::Gauge* draining = nullptr;
+};
 
+// What the exposer collects: the values refreshed, then the registry's
+// families (the same ones every time).
+class Metrics::Scrape final : public prometheus::Collectable {
+ public:
+  explicit Scrape(const Metrics* metrics) : metrics_(metrics) {}
   std::vector<MetricFamily> Collect() const override {
-    v1::GetStatsResponse s;
-    cache_->GetStats(&s);
-    std::vector<MetricFamily> out;
-    auto one = [&](const char* name, const char* help, MetricType type,
-                   double v) {
-      MetricFamily f = Family(name, help, type);
-      f.metric.push_back(Value(type, v));
-      out.push_back(std::move(f));
-    };
-    const MetricType C = MetricType::Counter;
-    const MetricType G = MetricType::Gauge;
-    one("statecache_checkpoints_kept_total",
-        "Checkpoints the pool filed (fork checkpoints and published midstep "
-        "ones). The capacity reading: evicted tracking kept minus capacity "
-        "means every checkpoint but the resident set was destroyed to make "
-        "room, so more slots buy hit rate directly.",
-        C, static_cast<double>(s.checkpoints_kept()));
-    one("statecache_checkpoints_dropped_total",
-        "Checkpoints not kept because no slot was free at the moment (the pool "
-        "overwrites rather than refuses, so this is rare; not the capacity "
-        "signal).",
-        C, static_cast<double>(s.checkpoints_dropped()));
-    one("statecache_checkpoints_evicted_total",
-        "Checkpoints spent on an allocation (or on shrinking). When its rate "
-        "tracks the rate of kept minus capacity the pool is thrashing: too "
-        "small for how long a checkpoint has to last.",
-        C, static_cast<double>(s.checkpoints_evicted()));
-    one("statecache_checkpoints_orphaned_total",
-        "Checkpoints dropped because their prefix left the KV index first: "
-        "nothing could ever resume from them. Rising orphans mean the KV pool, "
-        "not this one, is too small.",
-        C, static_cast<double>(s.checkpoints_orphaned()));
-    {
-      MetricFamily f = Family(
-          "statecache_slots",
-          "Slots by state: used (held by live requests, pins and "
-          "reservations), held (free but carrying a checkpoint), vacant (free "
-          "and empty). vacant at 0 is not a shortage: all held, none vacant is "
-          "the pool working.",
-          G);
-      f.metric.push_back(
-          Value(G, static_cast<double>(s.slots_used()), {{"state", "used"}}));
-      f.metric.push_back(
-          Value(G, static_cast<double>(s.slots_held()), {{"state", "held"}}));
-      f.metric.push_back(Value(G, static_cast<double>(s.slots_vacant()),
-                               {{"state", "vacant"}}));
-      out.push_back(std::move(f));
-    }
-    one("statecache_slots_capacity",
-        "Slots in the pool (num_slots); moves with resizes, and while a "
-        "shrink is giving slots up.",
-        G, static_cast<double>(s.slots_total()));
-    one("statecache_indexed_checkpoints",
-        "Checkpoints currently filed under a block hash.", G,
-        static_cast<double>(s.indexed_hashes()));
-    {
-      MetricFamily f = Family(
-          "statecache_resumes_total",
-          "Admissions with a KV-side prefix hit, by what the state side did: "
-          "fork (resumed from a checkpoint into a fresh slot), adopt (resumed "
-          "in the checkpoint's own slot: the pool was short), miss (no usable "
-          "checkpoint: recomputed from scratch).",
-          C);
-      f.metric.push_back(Value(C, static_cast<double>(s.resumes_fork()),
-                               {{"outcome", "fork"}}));
-      f.metric.push_back(Value(C, static_cast<double>(s.resumes_adopt()),
-                               {{"outcome", "adopt"}}));
-      f.metric.push_back(Value(C, static_cast<double>(s.resumes_miss()),
-                               {{"outcome", "miss"}}));
-      out.push_back(std::move(f));
-    }
-    one("statecache_resume_blocks_wanted_total",
-        "Prefix blocks admissions could have resumed (their KV hit). The hit "
-        "ratio is rate(resumed) / rate(wanted).",
-        C, static_cast<double>(s.resume_blocks_wanted()));
-    one("statecache_resume_blocks_resumed_total",
-        "Prefix blocks admissions actually resumed from a checkpoint.", C,
-        static_cast<double>(s.resume_blocks_resumed()));
-    one("statecache_sessions", "Attached scheduler sessions.", G,
-        static_cast<double>(s.sessions()));
-    one("statecache_requests", "Requests admitted and not yet released.", G,
-        static_cast<double>(s.requests()));
-    one("statecache_lease_expiries_total",
-        "Sessions whose lease lapsed (a scheduler crashed or lost its "
-        "connection); their requests were released.",
-        C, static_cast<double>(s.lease_expiries()));
-    one("statecache_session_evictions_total",
-        "Sessions ended by an operator (EvictSession).", C,
-        static_cast<double>(s.sessions_evicted()));
-    one("statecache_draining",
-        "1 while the daemon is draining (not admitting).", G,
-        s.draining() ? 1.0 : 0.0);
-    {
-      MetricFamily f = Family("statecache_build_info",
-                              "Always 1; labels say what is running.", G);
-      f.metric.push_back(Value(
-          G, 1.0,
-          {{"backend", options_.backend}, {"version", options_.version}}));
-      out.push_back(std::move(f));
-    }
-    one("statecache_start_time_seconds",
-        "When the daemon started, in seconds since the Unix epoch.", G,
-        absl::ToDoubleSeconds(options_.start_time - absl::UnixEpoch()));
-    return out;
+    metrics_->Refresh();
+    return metrics_->registry_->Collect();
   }
 
  private:
-  StateCache* const cache_;
-  const Options options_;
+  const Metrics* const metrics_;
 };
 
-// The Step operations' latency histograms. A Step's samples are counted
-// into plain arrays under one lock (per Step, not per operation), and the
-// histogram family is made from them at scrape time. prometheus::Histogram
-// would cost a lock and an atomic read-modify-write per bucket for every
-// kind a Step used: with 17 buckets, a sixth of a 256-operation Step's time
-// in the core.
-class Metrics::OperationLatencies final : public prometheus::Collectable {
+// The Step operations' latencies. A Step's samples are counted into plain
+// arrays under one lock (per Step, not per operation), and moved into the
+// held histograms at scrape time (Take, then one ObserveMultiple per
+// kind). prometheus::Histogram::Observe would cost a lock and an atomic
+// read-modify-write per bucket for every kind a Step used: with 17 buckets,
+// a sixth of a 256-operation Step's time in the core.
+class Metrics::OperationLatencies {
  public:
+  static constexpr size_t kBuckets = kLatencyBounds.size() + 1;  // + Inf
+  struct Kind {
+    std::array<uint64_t, kBuckets> counts{};
+    double sum = 0;
+  };
+
   void Add(absl::Span<const OperationSample> samples) {
     const prometheus::Histogram::BucketBoundaries& bounds = LatencyBuckets();
     absl::MutexLock lock(&mu_);
@@ -263,48 +174,123 @@ class Metrics::OperationLatencies final : public prometheus::Collectable {
     }
   }
 
-  std::vector<MetricFamily> Collect() const override {
-    const prometheus::Histogram::BucketBoundaries& bounds = LatencyBuckets();
-    MetricFamily f =
-        Family("statecache_step_operation_duration_seconds",
-               "Time one Step operation spends in the daemon's core, by "
-               "operation.",
-               MetricType::Histogram);
+  // What was counted since the last Take, by kind; the arrays start again
+  // from zero.
+  std::array<Kind, kOps> Take() {
     absl::MutexLock lock(&mu_);
-    for (int k = 1; k < kOps; ++k) {
-      const char* name = OperationName(k);
-      if (name == nullptr) continue;
-      ClientMetric m;
-      m.label = {{"op", name}};
-      uint64_t cumulative = 0;
-      for (size_t b = 0; b <= bounds.size(); ++b) {
-        cumulative += kinds_[k].counts[b];
-        m.histogram.bucket.push_back(
-            {cumulative, b < bounds.size()
-                             ? bounds[b]
-                             : std::numeric_limits<double>::infinity()});
-      }
-      m.histogram.sample_count = cumulative;
-      m.histogram.sample_sum = kinds_[k].sum;
-      f.metric.push_back(std::move(m));
-    }
-    return {std::move(f)};
+    std::array<Kind, kOps> out = kinds_;
+    kinds_ = {};
+    return out;
   }
 
  private:
-  static constexpr size_t kBuckets = kLatencyBounds.size() + 1;  // + Inf
-  struct Kind {
-    std::array<uint64_t, kBuckets> counts{};
-    double sum = 0;
-  };
-  mutable absl::Mutex mu_;
+  absl::Mutex mu_;
   std::array<Kind, kOps> kinds_ ABSL_GUARDED_BY(mu_);
 };
 
 Metrics::Metrics(StateCache* cache, Options options)
-    : registry_(std::make_shared<prometheus::Registry>()),
-      stats_(std::make_shared<StatsCollector>(cache, std::move(options))),
-      op_seconds_(std::make_shared<OperationLatencies>()) {
+    : cache_(cache),
+      registry_(std::make_shared<prometheus::Registry>()),
+      scrape_(std::make_shared<Scrape>(this)),
+      stats_(std::make_unique<StatsSeries>()),
+      op_seconds_(std::make_unique<OperationLatencies>()) {
+  // The series read from GetStats at scrape time.
+  auto counter = [&](const char* name, const char* help) {
+    return &prometheus::BuildCounter().Name(name).Help(help).Register(
+        *registry_);
+  };
+  auto gauge = [&](const char* name, const char* help) {
+    return &prometheus::BuildGauge().Name(name).Help(help).Register(*registry_);
+  };
+  StatsSeries& st = *stats_;
+  st.checkpoints_kept =
+      &counter(
+           "statecache_checkpoints_kept_total",
+           "Checkpoints the pool filed (fork checkpoints and published midstep "
+           "ones). The capacity reading: evicted tracking kept minus capacity "
+           "means every checkpoint but the resident set was destroyed to make "
+           "room, so more slots buy hit rate directly.")
+           ->Add({});
+  st.checkpoints_dropped =
+      &counter("statecache_checkpoints_dropped_total",
+               "Checkpoints not kept because no slot was free at the moment "
+               "(the pool overwrites rather than refuses, so this is rare; not "
+               "the capacity signal).")
+           ->Add({});
+  st.checkpoints_evicted =
+      &counter("statecache_checkpoints_evicted_total",
+               "Checkpoints spent on an allocation (or on shrinking). When its "
+               "rate tracks the rate of kept minus capacity the pool is "
+               "thrashing: too small for how long a checkpoint has to last.")
+           ->Add({});
+  st.checkpoints_orphaned =
+      &counter("statecache_checkpoints_orphaned_total",
+               "Checkpoints dropped because their prefix left the KV index "
+               "first: nothing could ever resume from them. Rising orphans "
+               "mean the KV pool, not this one, is too small.")
+           ->Add({});
+  auto* slots = gauge(
+      "statecache_slots",
+      "Slots by state: used (held by live requests, pins and reservations), "
+      "held (free but carrying a checkpoint), vacant (free and empty). vacant "
+      "at 0 is not a shortage: all held, none vacant is the pool working.");
+  st.slots_used = &slots->Add({{"state", "used"}});
+  st.slots_held = &slots->Add({{"state", "held"}});
+  st.slots_vacant = &slots->Add({{"state", "vacant"}});
+  st.slots_capacity =
+      &gauge("statecache_slots_capacity",
+             "Slots in the pool (num_slots); moves with resizes, and while a "
+             "shrink is giving slots up.")
+           ->Add({});
+  st.indexed_checkpoints =
+      &gauge("statecache_indexed_checkpoints",
+             "Checkpoints currently filed under a block hash.")
+           ->Add({});
+  auto* resumes = counter(
+      "statecache_resumes_total",
+      "Admissions with a KV-side prefix hit, by what the state side did: fork "
+      "(resumed from a checkpoint into a fresh slot), adopt (resumed in the "
+      "checkpoint's own slot: the pool was short), miss (no usable "
+      "checkpoint: recomputed from scratch).");
+  st.resumes_fork = &resumes->Add({{"outcome", "fork"}});
+  st.resumes_adopt = &resumes->Add({{"outcome", "adopt"}});
+  st.resumes_miss = &resumes->Add({{"outcome", "miss"}});
+  st.resume_blocks_wanted =
+      &counter("statecache_resume_blocks_wanted_total",
+               "Prefix blocks admissions could have resumed (their KV hit). "
+               "The hit ratio is rate(resumed) / rate(wanted).")
+           ->Add({});
+  st.resume_blocks_resumed =
+      &counter("statecache_resume_blocks_resumed_total",
+               "Prefix blocks admissions actually resumed from a checkpoint.")
+           ->Add({});
+  st.sessions =
+      &gauge("statecache_sessions", "Attached scheduler sessions.")->Add({});
+  st.requests =
+      &gauge("statecache_requests", "Requests admitted and not yet released.")
+           ->Add({});
+  st.lease_expiries =
+      &counter("statecache_lease_expiries_total",
+               "Sessions whose lease lapsed (a scheduler crashed or lost its "
+               "connection); their requests were released.")
+           ->Add({});
+  st.session_evictions =
+      &counter("statecache_session_evictions_total",
+               "Sessions ended by an operator (EvictSession).")
+           ->Add({});
+  st.draining = &gauge("statecache_draining",
+                       "1 while the daemon is draining (not admitting).")
+                     ->Add({});
+  // Fixed for the process's life: set once here.
+  gauge("statecache_build_info", "Always 1; labels say what is running.")
+      ->Add({{"backend", options.backend}, {"version", options.version}})
+      .Set(1.0);
+  gauge("statecache_start_time_seconds",
+        "When the daemon started, in seconds since the Unix epoch.")
+      ->Add({})
+      .Set(absl::ToDoubleSeconds(options.start_time - absl::UnixEpoch()));
+
+  // The series recorded at the edges.
   auto& rpc_seconds =
       prometheus::BuildHistogram()
           .Name("statecache_rpc_duration_seconds")
@@ -328,6 +314,13 @@ Metrics::Metrics(StateCache* cache, Options options)
           &rpc_refusals.Add({{"method", name}, {"code", CodeName(code)}});
     }
   }
+  auto& op_seconds =
+      prometheus::BuildHistogram()
+          .Name("statecache_step_operation_duration_seconds")
+          .Help(
+              "Time one Step operation spends in the daemon's core, by "
+              "operation.")
+          .Register(*registry_);
   auto& op_refusals =
       prometheus::BuildCounter()
           .Name("statecache_step_operation_refusals_total")
@@ -339,6 +332,7 @@ Metrics::Metrics(StateCache* cache, Options options)
   for (int k = 1; k < kOps; ++k) {
     const char* name = OperationName(k);
     if (name == nullptr) continue;
+    op_histograms_[k] = &op_seconds.Add({{"op", name}}, LatencyBuckets());
     for (absl::StatusCode code : kRefusalCodes) {
       op_refusals_[k][static_cast<int>(code)] =
           &op_refusals.Add({{"op", name}, {"code", CodeName(code)}});
@@ -381,7 +375,8 @@ Metrics::Metrics(StateCache* cache, Options options)
                       .Add({});
 }
 
-Metrics::~Metrics() = default;
+// The exposer first: no scrape may run while the rest goes.
+Metrics::~Metrics() { exposer_.reset(); }
 
 absl::Status Metrics::Serve(const std::string& address) {
   try {
@@ -390,9 +385,8 @@ absl::Status Metrics::Serve(const std::string& address) {
     return absl::UnavailableError(
         absl::StrCat("metrics: cannot listen on ", address, ": ", e.what()));
   }
-  exposer_->RegisterCollectable(registry_);
-  exposer_->RegisterCollectable(stats_);
-  exposer_->RegisterCollectable(op_seconds_);
+  // One collectable: the values refreshed, then the registry serialised.
+  exposer_->RegisterCollectable(scrape_);
   return absl::OkStatus();
 }
 
@@ -401,12 +395,46 @@ std::vector<int> Metrics::ListeningPorts() const {
 }
 
 std::string Metrics::Render() const {
-  std::vector<MetricFamily> families = stats_->Collect();
-  for (MetricFamily& f : registry_->Collect()) families.push_back(std::move(f));
-  for (MetricFamily& f : op_seconds_->Collect()) {
-    families.push_back(std::move(f));
+  return prometheus::TextSerializer().Serialize(scrape_->Collect());
+}
+
+void Metrics::Refresh() const {
+  v1::GetStatsResponse s;
+  absl::MutexLock lock(&refresh_mu_);
+  cache_->GetStats(&s);
+  StatsSeries& st = *stats_;
+  CatchUp(st.checkpoints_kept, s.checkpoints_kept());
+  CatchUp(st.checkpoints_dropped, s.checkpoints_dropped());
+  CatchUp(st.checkpoints_evicted, s.checkpoints_evicted());
+  CatchUp(st.checkpoints_orphaned, s.checkpoints_orphaned());
+  st.slots_used->Set(static_cast<double>(s.slots_used()));
+  st.slots_held->Set(static_cast<double>(s.slots_held()));
+  st.slots_vacant->Set(static_cast<double>(s.slots_vacant()));
+  st.slots_capacity->Set(static_cast<double>(s.slots_total()));
+  st.indexed_checkpoints->Set(static_cast<double>(s.indexed_hashes()));
+  CatchUp(st.resumes_fork, s.resumes_fork());
+  CatchUp(st.resumes_adopt, s.resumes_adopt());
+  CatchUp(st.resumes_miss, s.resumes_miss());
+  CatchUp(st.resume_blocks_wanted, s.resume_blocks_wanted());
+  CatchUp(st.resume_blocks_resumed, s.resume_blocks_resumed());
+  st.sessions->Set(static_cast<double>(s.sessions()));
+  st.requests->Set(static_cast<double>(s.requests()));
+  CatchUp(st.lease_expiries, s.lease_expiries());
+  CatchUp(st.session_evictions, s.sessions_evicted());
+  st.draining->Set(s.draining() ? 1.0 : 0.0);
+  // The operations' latencies since the last scrape, one ObserveMultiple
+  // per kind that ran (after GetStats: the core's lock is not held here).
+  const std::array<OperationLatencies::Kind, kOps> taken = op_seconds_->Take();
+  std::vector<double> increments(OperationLatencies::kBuckets);
+  for (int k = 1; k < kOps; ++k) {
+    if (op_histograms_[k] == nullptr) continue;
+    uint64_t n = 0;
+    for (size_t b = 0; b < OperationLatencies::kBuckets; ++b) {
+      increments[b] = static_cast<double>(taken[k].counts[b]);
+      n += taken[k].counts[b];
+    }
+    if (n > 0) op_histograms_[k]->ObserveMultiple(increments, taken[k].sum);
   }
-  return prometheus::TextSerializer().Serialize(families);
 }
 
 void Metrics::OnRpc(RpcMethod method, absl::StatusCode code, double seconds) {

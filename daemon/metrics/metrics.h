@@ -1,16 +1,22 @@
 // Metrics: the daemon's Prometheus metrics (prometheus-cpp), served on their
 // own listen address.
 //
-// Two kinds of series:
+// Every family is built once, at start, with prometheus-cpp's builders
+// into one registry, and its children (one per label set) are kept by
+// pointer; a scrape (or Render) refreshes values and serialises the
+// registry, and builds no family, help text or label set. Two kinds of
+// series:
 //   * what StateCache already counts (the reference's checkpoint fates,
 //     occupancy, sessions, resumes, lease expiries, evictions) is read once
-//     per scrape through GetStats, by a Collectable: one source of truth, and
-//     nothing on the hot path;
+//     per scrape through one GetStats call, which Set()s the held gauges and
+//     Increment()s the held counters by what the totals grew since the last
+//     scrape: one source of truth, and nothing on the hot path;
 //   * what only the edges see (RPC and Step-operation latencies and refusals,
-//     resizes, copies) goes into families built once at start, whose children
-//     (one per method / operation / code) are created up front and kept in
-//     arrays, so recording is an array index and an atomic add: no label set
-//     is built and nothing is allocated per call.
+//     resizes, copies) is recorded into the held children directly, so
+//     recording is an array index and an atomic add: no label set is built
+//     and nothing is allocated per call. (The Step operations' latencies
+//     are counted into plain arrays per Step and moved into their held
+//     histograms at scrape; see OperationLatencies.)
 //
 // How to read them is in each family's help text (and docs/operators.md).
 //
@@ -24,6 +30,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "daemon/service/rpc_observer.h"
 #include "daemon/service/state_cache.h"
@@ -56,6 +63,10 @@ class Metrics final : public StateCacheObserver, public RpcObserver {
   // The exposition text, as a scrape would return it (tests, tools).
   std::string Render() const;
 
+  // Tests only: the registry every family is built in, once (a family built
+  // again at scrape would not be in it, or would add to it).
+  prometheus::Registry& registry_for_testing() const { return *registry_; }
+
   // RpcObserver.
   void OnRpc(RpcMethod method, absl::StatusCode code, double seconds) override;
   // StateCacheObserver (called with the core's mutex held: cheap only).
@@ -67,14 +78,27 @@ class Metrics final : public StateCacheObserver, public RpcObserver {
   void OnStateBytes(int64_t bytes) override;
 
  private:
-  class StatsCollector;
+  class Scrape;
   class OperationLatencies;
+  struct StatsSeries;
   static constexpr int kOps = 16;    // Operation kinds 1..15 (+ unset)
   static constexpr int kCodes = 17;  // absl::StatusCode 0..16
 
+  // What a scrape does before the registry is serialised: the GetStats
+  // series from one GetStats call, and the Step operations' latencies
+  // counted since the last scrape into their histograms.
+  void Refresh() const;
+
+  StateCache* const cache_;
   std::shared_ptr<prometheus::Registry> registry_;
-  std::shared_ptr<StatsCollector> stats_;
+  // Registered with the exposer: Refresh(), then the registry's families.
+  std::shared_ptr<Scrape> scrape_;
   std::unique_ptr<prometheus::Exposer> exposer_;
+
+  // Refresh's counter deltas are read and applied under this, so that two
+  // scrapes at once do not both add the same growth.
+  mutable absl::Mutex refresh_mu_;
+  std::unique_ptr<StatsSeries> stats_;
 
   std::array<prometheus::Histogram*, static_cast<int>(RpcMethod::kCount)>
       rpc_seconds_{};
@@ -82,8 +106,9 @@ class Metrics final : public StateCacheObserver, public RpcObserver {
              static_cast<int>(RpcMethod::kCount)>
       rpc_refusals_{};
   // statecache_step_operation_duration_seconds: plain counts under one lock
-  // per Step, made a histogram family at scrape.
-  std::shared_ptr<OperationLatencies> op_seconds_;
+  // per Step, moved into the held histograms (`op_histograms_`) at scrape.
+  std::unique_ptr<OperationLatencies> op_seconds_;
+  std::array<prometheus::Histogram*, kOps> op_histograms_{};
   std::array<std::array<prometheus::Counter*, kCodes>, kOps> op_refusals_{};
   prometheus::Counter* resizes_grow_ = nullptr;
   prometheus::Counter* resizes_shrink_ = nullptr;
