@@ -52,6 +52,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/default_address.h"
+#include "daemon/common/status_macros.h"
 #include "daemon/core/state_transfer.h"
 #include "daemon/device/device.h"
 #include "daemon/device/host_device.h"
@@ -386,6 +387,116 @@ void SignalReady(int ready_fd) {
   ::close(ready_fd);
 }
 
+// Makes `listen` ready to bind: a Unix socket's directory prepared and no
+// live daemon on it; a TCP address warned about (plaintext, and reachable
+// from other machines unless loopback).
+absl::Status PrepareListenAddress(
+    const std::string& listen, const std::optional<std::string>& socket_path) {
+  if (socket_path) {
+    RETURN_IF_ERROR(PrepareSocketDirectory(*socket_path));
+    return CheckNoLiveDaemon(*socket_path);
+  }
+  if (absl::StartsWith(listen, "unix-abstract:")) return absl::OkStatus();
+  LOG_WARNING(
+      "TCP address %s: there is NO authentication and NO encryption; "
+      "anyone who can connect can drive, resize and evict. Prefer a unix "
+      "socket.",
+      listen);
+  if (!IsLoopback(listen)) {
+    LOG_WARNING(
+        "%s is not a loopback address: the cache is reachable from "
+        "other machines",
+        listen);
+  }
+  return absl::OkStatus();
+}
+
+// Ignores SIGPIPE and blocks SIGTERM and SIGINT, returning them as the set
+// to sigwait on. Called before any thread exists, so every thread (gRPC's
+// included) inherits the mask.
+sigset_t BlockStopSignals() {
+  // A reader that went away (--ready_fd, a piped stderr) must not kill the
+  // daemon; the failed write is reported instead.
+  ::signal(SIGPIPE, SIG_IGN);
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  return stop_signals;
+}
+
+void LogStateMemory(const Device* device) {
+  if (device == nullptr) {
+    LOG_INFO("no --model or --layout: slot decisions only, no state memory");
+    return;
+  }
+  const std::string backend(device->backend());
+  const RegionExport region = device->Export();
+  LOG_INFO(
+      "state memory: backend=%s layout=%s (%s) %d bytes/slot, %d bytes "
+      "committed, handle=%s",
+      backend, device->layout().name(), region.layout_fingerprint,
+      device->layout().bytes_per_slot(), device->CommittedBytes(),
+      backend == "host" ? region.handle : std::string("<ipc>"));
+}
+
+// Serves /metrics on `address` and has `metrics` observe the cache.
+absl::Status StartMetrics(Metrics& metrics, StateCache& cache,
+                          const Device* device, const std::string& address) {
+  RETURN_IF_ERROR(metrics.Serve(address));
+  cache.AddObserver(&metrics);
+  if (device != nullptr) {
+    metrics.OnStateBytes(static_cast<int64_t>(device->CommittedBytes()));
+  }
+  const std::vector<int> ports = metrics.ListeningPorts();
+  const int port = ports.empty() ? 0 : ports[0];
+  // The bound port, so ":0" reads as the real address.
+  const std::string host = address.substr(0, address.rfind(':'));
+  LOG_INFO("metrics on http://%s:%d/metrics (port %d)", host, port, port);
+  return absl::OkStatus();
+}
+
+// Lets calls in flight finish after new sessions are refused: a Step being
+// served on a stream and a Resize get up to `grace` (after it, a pending
+// Resize call finishes CANCELLED). gRPC's own Shutdown would also wait that
+// long for every idle connection to go away (see call_tracker.h), so it gets
+// only the grace that is left, at most kUnaryTail: ample for unary calls,
+// which answer in microseconds.
+void DrainCalls(CallTracker& calls, grpc::Server& server,
+                absl::Duration grace) {
+  constexpr absl::Duration kUnaryTail = absl::Milliseconds(200);
+  const absl::Time grace_end = absl::Now() + grace;
+  if (const int64_t busy = calls.in_flight(); busy > 0) {
+    LOG_INFO("waiting for %d call(s) in progress", busy);
+    if (const int64_t left = calls.WaitIdle(grace_end); left > 0) {
+      LOG_WARNING("grace period over: cancelling %d call(s) in progress", left);
+    }
+  }
+  server.Shutdown(
+      absl::ToChronoTime(std::min(grace_end, absl::Now() + kUnaryTail)));
+}
+
+// Builds and starts the gRPC server on `listen` with `services`; null when
+// it cannot listen (gRPC logs why). `*port` is the port bound.
+std::unique_ptr<grpc::Server> StartGrpcServer(
+    const std::string& listen, std::initializer_list<grpc::Service*> services,
+    int* port) {
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), port);
+  // gRPC sets SO_REUSEPORT by default, which would let a second daemon bind
+  // the same TCP port and split the traffic.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  const int max_message_bytes = static_cast<int>(std::clamp<int64_t>(
+      absl::GetFlag(FLAGS_max_message_bytes), 1024, INT32_MAX));
+  builder.SetMaxReceiveMessageSize(max_message_bytes);
+  builder.SetMaxSendMessageSize(max_message_bytes);
+  for (grpc::Service* service : services) builder.RegisterService(service);
+  return builder.BuildAndStart();
+}
+
 int Serve() {
   log::SetVerbosity(absl::GetFlag(FLAGS_v));
 
@@ -397,53 +508,17 @@ int Serve() {
   std::string listen = absl::GetFlag(FLAGS_listen);
   if (listen.empty()) listen = DefaultAddress();
   const std::optional<std::string> socket_path = UnixSocketPath(listen);
-  if (socket_path) {
-    absl::Status status = PrepareSocketDirectory(*socket_path);
-    if (status.ok()) status = CheckNoLiveDaemon(*socket_path);
-    if (!status.ok()) {
-      LOG_ERROR("cannot listen on %s: %s", listen, status.ToString());
-      return kExitServeError;
-    }
-  } else if (!absl::StartsWith(listen, "unix-abstract:")) {
-    LOG_WARNING(
-        "TCP address %s: there is NO authentication and NO encryption; "
-        "anyone who can connect can drive, resize and evict. Prefer a unix "
-        "socket.",
-        listen);
-    if (!IsLoopback(listen)) {
-      LOG_WARNING(
-          "%s is not a loopback address: the cache is reachable from "
-          "other machines",
-          listen);
-    }
+  if (absl::Status st = PrepareListenAddress(listen, socket_path); !st.ok()) {
+    LOG_ERROR("cannot listen on %s: %s", listen, st.ToString());
+    return kExitServeError;
   }
-
-  // A reader that went away (--ready_fd, a piped stderr) must not kill the
-  // daemon; the failed write is reported instead.
-  ::signal(SIGPIPE, SIG_IGN);
-  // Signals are taken synchronously by sigwait below: block them before any
-  // thread exists so every thread (gRPC's included) inherits the mask.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGTERM);
-  sigaddset(&stop_signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  const sigset_t stop_signals = BlockStopSignals();
 
   const std::string transfer_name = options->transfer.DebugString();
   std::shared_ptr<Device> device = options->device;
   const std::string backend_name =
       device ? std::string(device->backend()) : std::string("none");
-  if (device) {
-    const RegionExport region = device->Export();
-    LOG_INFO(
-        "state memory: backend=%s layout=%s (%s) %d bytes/slot, %d bytes "
-        "committed, handle=%s",
-        backend_name, device->layout().name(), region.layout_fingerprint,
-        device->layout().bytes_per_slot(), device->CommittedBytes(),
-        backend_name == "host" ? region.handle : std::string("<ipc>"));
-  } else {
-    LOG_INFO("no --model or --layout: slot decisions only, no state memory");
-  }
+  LogStateMemory(device.get());
   absl::StatusOr<std::unique_ptr<StateCache>> cache =
       StateCache::Create(*std::move(options));
   if (!cache.ok()) {
@@ -457,18 +532,12 @@ int Serve() {
                                                  .start_time = absl::Now()});
   const std::string metrics_address = absl::GetFlag(FLAGS_metrics_address);
   if (!metrics_address.empty()) {
-    if (absl::Status st = metrics.Serve(metrics_address); !st.ok()) {
+    if (absl::Status st =
+            StartMetrics(metrics, **cache, device.get(), metrics_address);
+        !st.ok()) {
       LOG_ERROR("%s", st.ToString());
       return kExitServeError;
     }
-    (*cache)->AddObserver(&metrics);
-    if (device)
-      metrics.OnStateBytes(static_cast<int64_t>(device->CommittedBytes()));
-    const std::vector<int> ports = metrics.ListeningPorts();
-    const int port = ports.empty() ? 0 : ports[0];
-    // The bound port, so ":0" reads as the real address.
-    std::string host = metrics_address.substr(0, metrics_address.rfind(':'));
-    LOG_INFO("metrics on http://%s:%d/metrics (port %d)", host, port, port);
   }
   RpcObserver* rpc_observer = metrics_address.empty() ? nullptr : &metrics;
   CallTracker calls;
@@ -480,22 +549,9 @@ int Serve() {
   StateCacheAdminGrpcService admin_service(cache->get(), &events, rpc_observer,
                                            &calls);
 
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  grpc::ServerBuilder builder;
   int selected_port = 0;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(),
-                           &selected_port);
-  // gRPC sets SO_REUSEPORT by default, which would let a second daemon bind
-  // the same TCP port and split the traffic.
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  const int max_message_bytes = static_cast<int>(std::clamp<int64_t>(
-      absl::GetFlag(FLAGS_max_message_bytes), 1024, INT32_MAX));
-  builder.SetMaxReceiveMessageSize(max_message_bytes);
-  builder.SetMaxSendMessageSize(max_message_bytes);
-  builder.RegisterService(&scheduler_service);
-  builder.RegisterService(&admin_service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  std::unique_ptr<grpc::Server> server = StartGrpcServer(
+      listen, {&scheduler_service, &admin_service}, &selected_port);
   if (server == nullptr || selected_port == 0) {
     LOG_ERROR("cannot listen on %s (see gRPC's message above)", listen);
     return kExitServeError;
@@ -529,25 +585,9 @@ int Serve() {
   LOG_INFO("%s: shutting down (grace %s)", strsignal(signal_number),
            absl::FormatDuration(absl::GetFlag(FLAGS_shutdown_grace)));
 
-  // Refuse new sessions and tell health checkers first, then let calls in
-  // flight finish: a Step being served on a stream and a Resize get up to
-  // the grace period (after it, a pending Resize call finishes CANCELLED).
-  // gRPC's own Shutdown would also wait that long for every idle connection
-  // to go away (see call_tracker.h), so it gets only the grace that is left,
-  // at most kUnaryTail: ample for unary calls, which answer in microseconds.
-  constexpr absl::Duration kUnaryTail = absl::Milliseconds(200);
   (*cache)->SetDraining(true);
   set_serving(false);
-  const absl::Time grace_end =
-      absl::Now() + absl::GetFlag(FLAGS_shutdown_grace);
-  if (const int64_t busy = calls.in_flight(); busy > 0) {
-    LOG_INFO("waiting for %d call(s) in progress", busy);
-    if (const int64_t left = calls.WaitIdle(grace_end); left > 0) {
-      LOG_WARNING("grace period over: cancelling %d call(s) in progress", left);
-    }
-  }
-  server->Shutdown(
-      absl::ToChronoTime(std::min(grace_end, absl::Now() + kUnaryTail)));
+  DrainCalls(calls, *server, absl::GetFlag(FLAGS_shutdown_grace));
   maintenance.Stop();
   server.reset();
   // Destroying the cache cancels a resize still pending in the core; the
