@@ -99,16 +99,6 @@ struct Session {
 
 enum class SessionEnd { kDetached, kExpired, kEvicted };
 
-struct StateCacheCounters {
-  int64_t resumes_fork = 0;
-  int64_t resumes_adopt = 0;
-  int64_t resumes_miss = 0;
-  int64_t lease_expiries = 0;
-  int64_t sessions_evicted = 0;
-  int64_t resume_blocks_wanted = 0;
-  int64_t resume_blocks_resumed = 0;
-};
-
 }  // namespace statecache
 
 #endif  // STATECACHE_DAEMON_SERVICE_SESSION_H_
