@@ -33,8 +33,8 @@
 #include "daemon/core/slot_pool.h"
 #include "daemon/device/device.h"
 #include "daemon/service/cycle_clock.h"
-#include "daemon/service/packed_pass.h"
 #include "daemon/service/session.h"
+#include "proto/packed_codec.h"
 #include "proto/statecache/v1/statecache.pb.h"
 
 namespace statecache {
