@@ -73,10 +73,10 @@ test-asan: deps
 	$(call configure,$(ASAN_BUILD),-DSTATECACHE_TESTS=ON -DSTATECACHE_SANITIZE=ON)
 	@cmake --build $(ASAN_BUILD) -j $(JOBS) --target \
 	  statecache_unit_tests statecache-replay statecache_service_tests \
-	  statecache_device_tests statecache_region_probe pool_fuzz_replay \
-	  step_fuzz_replay
+	  statecache_proto_tests statecache_device_tests statecache_region_probe \
+	  pool_fuzz_replay step_fuzz_replay
 	cd $(ASAN_BUILD) && ctest --output-on-failure -j $(JOBS) \
-	  -L 'unit|parity|service|device|fuzz' --output-junit junit.xml
+	  -L 'unit|parity|proto|service|device|fuzz' --output-junit junit.xml
 
 # libFuzzer (clang, ASan+UBSan, every library coverage-instrumented), each
 # target for FUZZ_SECONDS: pool_fuzz, arbitrary call sequences on the pool;

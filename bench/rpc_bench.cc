@@ -15,8 +15,8 @@
 //     operations (a scheduler pass: begin_pass, admissions that resume from
 //     earlier turns, checkpoints, releases), unary and over StepStream, each
 //     printed as a ratio to Ping's; the same passes in the packed form
-//     (`packed` rows: PackedOperations, built as columns the way a scheduler
-//     using that form builds them) and through the C++ client library
+//     (`packed` rows: PackedOperations, the list written as columns by the
+//     codec, proto/packed_codec.h) and through the C++ client library
 //     (which sends the packed form); and, to take the 256-op Step apart, a
 //     Ping carrying as many bytes (one field it does not know) and the
 //     256-op request refused whole (unknown session): what moving its bytes
@@ -115,6 +115,7 @@
 #include "daemon/metrics/metrics.h"
 #include "daemon/replay/trace.h"
 #include "daemon/service/state_cache.h"
+#include "proto/packed_form.h"
 #include "proto/statecache/v1/statecache.grpc.pb.h"
 
 ABSL_FLAG(std::string, statecached, STATECACHED_PATH_DEFAULT,
@@ -398,12 +399,13 @@ class Scheduler {
   v1::StepRequest NextPass(bool packed = false) {
     v1::StepRequest req;
     req.set_session_id(session_);
-    if (packed) {
-      PackedPassWriter out{req.mutable_packed()};
-      BuildPass(out);
-    } else {
-      ListPassWriter out{&req};
-      BuildPass(out);
+    ListPassWriter out{&req};
+    BuildPass(out);
+    if (packed) {  // the same pass in columns, by the codec
+      if (!PackOperations(req.operations(), req.mutable_packed()).ok()) {
+        std::abort();
+      }
+      req.clear_operations();
     }
     return req;
   }
@@ -507,56 +509,6 @@ class Scheduler {
       q->set_num_tokens(num_tokens);
       q->mutable_block_hashes()->Add(hashes.begin(), hashes.end());
       q->set_kv_hit_blocks(kv_hit);
-    }
-  };
-
-  // BuildPass's output as columns, by the layout rule in the proto.
-  struct PackedPassWriter {
-    v1::PackedOperations* p;
-    size_t size() const { return static_cast<size_t>(p->kinds_size()); }
-    void Kind(v1::Operation::KindCase kind) {
-      p->add_kinds(static_cast<uint32_t>(kind));
-    }
-    void Id(const std::string& id) {
-      p->mutable_request_ids()->append(id);
-      p->add_request_id_lengths(static_cast<uint32_t>(id.size()));
-    }
-    void BeginPass() { Kind(v1::Operation::kBeginPass); }
-    void Release(const std::string& id) {
-      Kind(v1::Operation::kRelease);
-      Id(id);
-    }
-    void ConsumeFork(const std::string& id) {
-      Kind(v1::Operation::kConsumeFork);
-      Id(id);
-    }
-    void Checkpoint(const std::string& id, int64_t blocks, int64_t hash) {
-      Kind(v1::Operation::kCheckpoint);
-      Id(id);
-      p->add_args(blocks);
-      p->add_hashes(hash);
-      p->add_args(0);  // anchor_pos
-    }
-    void Admit(const std::string& id, int32_t width, int64_t num_tokens,
-               int64_t anchor_pos, const std::vector<int64_t>& hashes,
-               int32_t kv_hit) {
-      Kind(v1::Operation::kAdmit);
-      Id(id);
-      for (int64_t v : {int64_t{width}, num_tokens, anchor_pos,
-                        static_cast<int64_t>(hashes.size())}) {
-        p->add_args(v);
-      }
-      p->mutable_hashes()->Add(hashes.begin(), hashes.end());
-      p->add_args(kv_hit);
-    }
-    void ResumableHit(int64_t num_tokens, const std::vector<int64_t>& hashes,
-                      int32_t kv_hit) {
-      Kind(v1::Operation::kResumableHit);
-      p->add_args(num_tokens);
-      p->add_args(static_cast<int64_t>(hashes.size()));
-      p->mutable_hashes()->Add(hashes.begin(), hashes.end());
-      p->add_args(kv_hit);
-      p->add_args(0);  // assume_checkpointed
     }
   };
 

@@ -10,261 +10,18 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "client/from_proto.h"
 #include "proto/message_arena.h"
+#include "proto/packed_codec.h"
 #include "proto/statecache/v1/statecache.grpc.pb.h"
 #include "proto/statecache/v1/statecache.pb.h"
+#include "proto/status_mapping.h"
 
 namespace statecache {
 namespace {
 
-// The client's one grpc::Status -> absl::Status mapping (the daemon's
-// inverse lives in daemon/service/grpc_status.cc).
-absl::StatusCode FromGrpcCode(grpc::StatusCode code) {
-  switch (code) {
-    case grpc::StatusCode::OK:
-      return absl::StatusCode::kOk;
-    case grpc::StatusCode::CANCELLED:
-      return absl::StatusCode::kCancelled;
-    case grpc::StatusCode::UNKNOWN:
-      return absl::StatusCode::kUnknown;
-    case grpc::StatusCode::INVALID_ARGUMENT:
-      return absl::StatusCode::kInvalidArgument;
-    case grpc::StatusCode::DEADLINE_EXCEEDED:
-      return absl::StatusCode::kDeadlineExceeded;
-    case grpc::StatusCode::NOT_FOUND:
-      return absl::StatusCode::kNotFound;
-    case grpc::StatusCode::ALREADY_EXISTS:
-      return absl::StatusCode::kAlreadyExists;
-    case grpc::StatusCode::PERMISSION_DENIED:
-      return absl::StatusCode::kPermissionDenied;
-    case grpc::StatusCode::RESOURCE_EXHAUSTED:
-      return absl::StatusCode::kResourceExhausted;
-    case grpc::StatusCode::FAILED_PRECONDITION:
-      return absl::StatusCode::kFailedPrecondition;
-    case grpc::StatusCode::ABORTED:
-      return absl::StatusCode::kAborted;
-    case grpc::StatusCode::OUT_OF_RANGE:
-      return absl::StatusCode::kOutOfRange;
-    case grpc::StatusCode::UNIMPLEMENTED:
-      return absl::StatusCode::kUnimplemented;
-    case grpc::StatusCode::INTERNAL:
-      return absl::StatusCode::kInternal;
-    case grpc::StatusCode::UNAVAILABLE:
-      return absl::StatusCode::kUnavailable;
-    case grpc::StatusCode::DATA_LOSS:
-      return absl::StatusCode::kDataLoss;
-    case grpc::StatusCode::UNAUTHENTICATED:
-      return absl::StatusCode::kUnauthenticated;
-    default:
-      return absl::StatusCode::kUnknown;
-  }
-}
-
-absl::Status FromGrpcStatus(const grpc::Status& status) {
-  if (status.ok()) return absl::OkStatus();
-  return absl::Status(FromGrpcCode(status.error_code()),
-                      status.error_message());
-}
-
-// In-message codes (OperationResult.code, StepResponse.error_code) carry
-// google.rpc.Code values, which absl::StatusCode shares.
-absl::Status FromWireCode(int32_t code, const std::string& message) {
-  if (code == 0) return absl::OkStatus();
-  if (code < 0 ||
-      code > static_cast<int32_t>(absl::StatusCode::kUnauthenticated)) {
-    return absl::UnknownError(absl::StrCat("code ", code, ": ", message));
-  }
-  return absl::Status(static_cast<absl::StatusCode>(code), message);
-}
-
 std::chrono::system_clock::time_point DeadlineAfter(absl::Duration timeout) {
   return absl::ToChronoTime(absl::Now() + timeout);
-}
-
-TransferConfig FromProto(const v1::TransferConfig& proto) {
-  return TransferConfig{.kind = proto.kind(),
-                        .fork_tokens = proto.fork_tokens(),
-                        .readable_midstep = proto.readable_midstep()};
-}
-
-// Reads a StepResponse's packed results by the layout rule in
-// statecache.proto (PackedResults), one operation at a time, each value
-// bounds-checked: a short column is the daemon's bug, reported as INTERNAL,
-// never read past.
-class PackedResultReader {
- public:
-  explicit PackedResultReader(const v1::PackedResults& packed)
-      : packed_(packed) {}
-
-  absl::StatusOr<OperationResult> Next(uint32_t kind) {
-    const uint32_t code = packed_.codes(op_++);
-    if (code != 0) {
-      if (message_ >= packed_.messages_size()) return Short("messages");
-      return FromWireCode(static_cast<int32_t>(code),
-                          packed_.messages(message_++));
-    }
-    switch (static_cast<v1::Operation::KindCase>(kind)) {
-      case v1::Operation::kBeginPass: {
-        BeginPassResult r;
-        int64_t n = Value();
-        for (; n > 0 && ok_; --n) {
-          SlotMove m;
-          m.request_id = Id();
-          m.index = static_cast<int32_t>(Value());
-          m.from_slot = Value();
-          m.to_slot = Value();
-          r.moves.push_back(std::move(m));
-        }
-        r.pins_released = static_cast<int32_t>(Value());
-        return Done(std::move(r));
-      }
-      case v1::Operation::kAdmit: {
-        AdmitResult r;
-        for (int64_t n = Value(); n > 0 && ok_; --n) {
-          r.slots.push_back(Value());
-        }
-        r.fork_src = Value();
-        r.blocks_resumed = static_cast<int32_t>(Value());
-        r.adopted = Value() != 0;
-        return Done(std::move(r));
-      }
-      case v1::Operation::kResumableHit:
-        return Done(
-            ResumableHitResult{.blocks = static_cast<int32_t>(Value())});
-      case v1::Operation::kLookup:
-        return Done(LookupResult{.slot = Value()});
-      case v1::Operation::kReserve: {
-        ReserveResult r;
-        for (int64_t n = Value(); n > 0 && ok_; --n) {
-          MidstepReservation m;
-          m.slot = Value();
-          m.position = Value();
-          m.hash = Hash();
-          r.reservations.push_back(m);
-        }
-        return Done(std::move(r));
-      }
-      case v1::Operation::kPublish:
-        return Done(PublishResult{.published = static_cast<int32_t>(Value())});
-      case v1::Operation::kCancel:
-        return Done(CancelResult{.cancelled = static_cast<int32_t>(Value())});
-      case v1::Operation::kCheckpoint: {
-        ForkCheckpointResult r;
-        r.state_slot = Value();
-        r.fork_src = Value();
-        r.kept = Value() != 0;
-        return Done(r);
-      }
-      case v1::Operation::kConsumeFork:
-        return Done(ConsumeForkResult{.fork_src = Value()});
-      case v1::Operation::kAdoptForkSource:
-        return Done(AdoptForkSourceResult{.state_slot = Value()});
-      case v1::Operation::kRelease:
-        return Done(
-            ReleaseResult{.slots_released = static_cast<int32_t>(Value())});
-      case v1::Operation::kUnindex:
-        return Done(UnindexResult{.orphaned = static_cast<int32_t>(Value())});
-      case v1::Operation::kClearIndex:
-        return Done(ClearIndexResult{});
-      case v1::Operation::kCopy:
-        return Done(CopyOpResult{.bytes = static_cast<uint64_t>(Value())});
-      case v1::Operation::kSnapshot: {
-        SnapshotResult r;
-        r.slot = Value();
-        r.kept = Value() != 0;
-        return Done(r);
-      }
-      case v1::Operation::KIND_NOT_SET:
-        break;
-    }
-    return absl::InternalError(
-        absl::StrCat("no result layout for kind ", kind));
-  }
-
-  // False once a column ran short (then Next's status says where).
-  bool ok() const { return ok_; }
-  // Whether every column was used up exactly.
-  bool UsedUp() const {
-    return ok_ && value_ == packed_.values_size() &&
-           hash_ == packed_.hashes_size() &&
-           id_ == packed_.request_id_lengths_size() &&
-           id_offset_ == packed_.request_ids().size() &&
-           message_ == packed_.messages_size();
-  }
-
- private:
-  int64_t Value() {
-    if (value_ >= packed_.values_size()) return Fail();
-    return packed_.values(value_++);
-  }
-  int64_t Hash() {
-    if (hash_ >= packed_.hashes_size()) return Fail();
-    return packed_.hashes(hash_++);
-  }
-  std::string Id() {
-    if (id_ >= packed_.request_id_lengths_size() ||
-        packed_.request_id_lengths(id_) >
-            packed_.request_ids().size() - id_offset_) {
-      Fail();
-      return "";
-    }
-    const size_t n = packed_.request_id_lengths(id_++);
-    std::string id = packed_.request_ids().substr(id_offset_, n);
-    id_offset_ += n;
-    return id;
-  }
-  int64_t Fail() {
-    ok_ = false;
-    return 0;
-  }
-  template <typename T>
-  absl::StatusOr<OperationResult> Done(T result) {
-    if (!ok_) return Short("result");
-    return OperationResult(std::move(result));
-  }
-  absl::Status Short(const char* what) {
-    ok_ = false;
-    return absl::InternalError(
-        absl::StrCat("the daemon's packed results ran short reading ", what,
-                     " of operation ", op_ - 1));
-  }
-
-  const v1::PackedResults& packed_;
-  int op_ = 0;
-  int message_ = 0;
-  int value_ = 0;
-  int hash_ = 0;
-  int id_ = 0;
-  size_t id_offset_ = 0;
-  bool ok_ = true;
-};
-
-absl::StatusOr<StepResults> FromProto(
-    const v1::StepResponse& response,
-    const google::protobuf::RepeatedField<uint32_t>& kinds) {
-  const v1::PackedResults& packed = response.packed_results();
-  if (packed.codes_size() != kinds.size()) {
-    // A daemon that predates the packed form reads none of it.
-    return absl::InternalError(
-        absl::StrCat("the daemon returned ", packed.codes_size(),
-                     " packed results for ", kinds.size(),
-                     " operations (a statecached older than the packed "
-                     "form of Step?)"));
-  }
-  StepResults results;
-  results.epoch = response.epoch();
-  results.results.reserve(kinds.size());
-  PackedResultReader reader(packed);
-  for (uint32_t kind : kinds) {
-    absl::StatusOr<OperationResult> r = reader.Next(kind);
-    if (!reader.ok()) return r.status();  // the columns, not the operation
-    results.results.push_back(std::move(r));
-  }
-  if (!reader.UsedUp()) {
-    return absl::InternalError(
-        "the daemon's packed results are longer than the operations");
-  }
-  return results;
 }
 
 // One Step's request (the session id and the builder's packed operations)
@@ -297,25 +54,24 @@ struct StepMessages {
 // =============================================================== StepBuilder
 
 // The operations as the packed form's columns (PackedOperations in
-// statecache.proto): appending is a few pushes per operation, and sending a
-// pass costs one copy per column instead of two messages and a string per
+// statecache.proto), written by the codec as they are added: sending a pass
+// costs one copy per column instead of two messages and a string per
 // operation.
 struct StepBuilder::Rep {
   v1::PackedOperations packed;
-
-  void Kind(v1::Operation::KindCase kind) {
-    packed.add_kinds(static_cast<uint32_t>(kind));
-  }
-  void Id(std::string_view id) {
-    packed.mutable_request_ids()->append(id.data(), id.size());
-    packed.add_request_id_lengths(static_cast<uint32_t>(id.size()));
-  }
-  void Arg(int64_t v) { packed.add_args(v); }
-  void Hash(int64_t h) { packed.add_hashes(h); }
-  void Hashes(absl::Span<const int64_t> hashes) {
-    Arg(static_cast<int64_t>(hashes.size()));
-    packed.mutable_hashes()->Add(hashes.begin(), hashes.end());
-  }
+  PackedOperationWriter writer{&packed};
+  // A message of each kind with arguments besides the request id, reused:
+  // each call fills its kind's message and the codec writes it out (the id
+  // passed apart, never copied into the message).
+  v1::Admit admit;
+  v1::ResumableHit resumable_hit;
+  v1::Lookup lookup;
+  v1::Reserve reserve;
+  v1::Publish publish;
+  v1::Checkpoint checkpoint;
+  v1::Unindex unindex;
+  v1::Copy copy;
+  v1::Snapshot snapshot;
 };
 
 StepBuilder::StepBuilder() : rep_(std::make_unique<Rep>()) {}
@@ -329,9 +85,8 @@ size_t StepBuilder::size() const {
 
 void StepBuilder::Clear() { rep_->packed.Clear(); }
 
-// Each appends its operation's fields in field-number order (the layout rule).
 StepBuilder& StepBuilder::BeginPass() {
-  rep_->Kind(v1::Operation::kBeginPass);
+  rep_->writer.Write(v1::BeginPass::default_instance());
   return *this;
 }
 
@@ -339,13 +94,13 @@ StepBuilder& StepBuilder::Admit(std::string_view request_id, int32_t width,
                                 int64_t num_tokens, int64_t anchor_pos,
                                 absl::Span<const int64_t> block_hashes,
                                 int32_t kv_hit_blocks) {
-  rep_->Kind(v1::Operation::kAdmit);
-  rep_->Id(request_id);
-  rep_->Arg(width);
-  rep_->Arg(num_tokens);
-  rep_->Arg(anchor_pos);
-  rep_->Hashes(block_hashes);
-  rep_->Arg(kv_hit_blocks);
+  v1::Admit& op = rep_->admit;
+  op.set_width(width);
+  op.set_num_tokens(num_tokens);
+  op.set_anchor_pos(anchor_pos);
+  op.mutable_block_hashes()->Assign(block_hashes.begin(), block_hashes.end());
+  op.set_kv_hit_blocks(kv_hit_blocks);
+  rep_->writer.Write(request_id, op);
   return *this;
 }
 
@@ -353,100 +108,98 @@ StepBuilder& StepBuilder::ResumableHit(int64_t num_tokens,
                                        absl::Span<const int64_t> block_hashes,
                                        int32_t kv_hit_blocks,
                                        bool assume_checkpointed) {
-  rep_->Kind(v1::Operation::kResumableHit);
-  rep_->Arg(num_tokens);
-  rep_->Hashes(block_hashes);
-  rep_->Arg(kv_hit_blocks);
-  rep_->Arg(assume_checkpointed ? 1 : 0);
+  v1::ResumableHit& op = rep_->resumable_hit;
+  op.set_num_tokens(num_tokens);
+  op.mutable_block_hashes()->Assign(block_hashes.begin(), block_hashes.end());
+  op.set_kv_hit_blocks(kv_hit_blocks);
+  op.set_assume_checkpointed(assume_checkpointed);
+  rep_->writer.Write(op);
   return *this;
 }
 
 StepBuilder& StepBuilder::Lookup(int64_t hash) {
-  rep_->Kind(v1::Operation::kLookup);
-  rep_->Hash(hash);
+  rep_->lookup.set_hash(hash);
+  rep_->writer.Write(rep_->lookup);
   return *this;
 }
 
 StepBuilder& StepBuilder::Reserve(std::string_view request_id,
                                   absl::Span<const MidstepPosition> positions) {
-  rep_->Kind(v1::Operation::kReserve);
-  rep_->Id(request_id);
-  rep_->Arg(static_cast<int64_t>(positions.size()));
-  for (const MidstepPosition& position : positions) {
-    rep_->Arg(position.position);
-    rep_->Hash(position.hash);
+  auto* out = rep_->reserve.mutable_positions();
+  // Reuse the position messages already there (no allocation once warm).
+  while (out->size() > static_cast<int>(positions.size())) out->RemoveLast();
+  for (size_t k = 0; k < positions.size(); ++k) {
+    v1::MidstepPosition* p = static_cast<int>(k) < out->size()
+                                 ? out->Mutable(static_cast<int>(k))
+                                 : out->Add();
+    p->set_position(positions[k].position);
+    p->set_hash(positions[k].hash);
   }
+  rep_->writer.Write(request_id, rep_->reserve);
   return *this;
 }
 
 StepBuilder& StepBuilder::Publish(std::string_view request_id, bool keep_all) {
-  rep_->Kind(v1::Operation::kPublish);
-  rep_->Id(request_id);
-  rep_->Arg(keep_all ? 1 : 0);
+  rep_->publish.set_keep_all(keep_all);
+  rep_->writer.Write(request_id, rep_->publish);
   return *this;
 }
 
 StepBuilder& StepBuilder::Cancel(std::string_view request_id) {
-  rep_->Kind(v1::Operation::kCancel);
-  rep_->Id(request_id);
+  rep_->writer.Write(request_id, v1::Cancel::default_instance());
   return *this;
 }
 
 StepBuilder& StepBuilder::Checkpoint(std::string_view request_id,
                                      int64_t boundary_blocks, int64_t hash,
                                      int64_t anchor_pos) {
-  rep_->Kind(v1::Operation::kCheckpoint);
-  rep_->Id(request_id);
-  rep_->Arg(boundary_blocks);
-  rep_->Hash(hash);
-  rep_->Arg(anchor_pos);
+  v1::Checkpoint& op = rep_->checkpoint;
+  op.set_boundary_blocks(boundary_blocks);
+  op.set_hash(hash);
+  op.set_anchor_pos(anchor_pos);
+  rep_->writer.Write(request_id, op);
   return *this;
 }
 
 StepBuilder& StepBuilder::ConsumeFork(std::string_view request_id) {
-  rep_->Kind(v1::Operation::kConsumeFork);
-  rep_->Id(request_id);
+  rep_->writer.Write(request_id, v1::ConsumeFork::default_instance());
   return *this;
 }
 
 StepBuilder& StepBuilder::AdoptForkSource(std::string_view request_id) {
-  rep_->Kind(v1::Operation::kAdoptForkSource);
-  rep_->Id(request_id);
+  rep_->writer.Write(request_id, v1::AdoptForkSource::default_instance());
   return *this;
 }
 
 StepBuilder& StepBuilder::Release(std::string_view request_id) {
-  rep_->Kind(v1::Operation::kRelease);
-  rep_->Id(request_id);
+  rep_->writer.Write(request_id, v1::Release::default_instance());
   return *this;
 }
 
 StepBuilder& StepBuilder::Unindex(absl::Span<const int64_t> hashes) {
-  rep_->Kind(v1::Operation::kUnindex);
-  rep_->Hashes(hashes);
+  rep_->unindex.mutable_hashes()->Assign(hashes.begin(), hashes.end());
+  rep_->writer.Write(rep_->unindex);
   return *this;
 }
 
 StepBuilder& StepBuilder::ClearIndex() {
-  rep_->Kind(v1::Operation::kClearIndex);
+  rep_->writer.Write(v1::ClearIndex::default_instance());
   return *this;
 }
 
 StepBuilder& StepBuilder::Copy(std::string_view request_id, int32_t from_index,
                                int32_t to_index) {
-  rep_->Kind(v1::Operation::kCopy);
-  rep_->Id(request_id);
-  rep_->Arg(from_index);
-  rep_->Arg(to_index);
+  rep_->copy.set_from_index(from_index);
+  rep_->copy.set_to_index(to_index);
+  rep_->writer.Write(request_id, rep_->copy);
   return *this;
 }
 
 StepBuilder& StepBuilder::Snapshot(std::string_view request_id,
                                    int64_t position, int64_t hash) {
-  rep_->Kind(v1::Operation::kSnapshot);
-  rep_->Id(request_id);
-  rep_->Arg(position);
-  rep_->Hash(hash);
+  rep_->snapshot.set_position(position);
+  rep_->snapshot.set_hash(hash);
+  rep_->writer.Write(request_id, rep_->snapshot);
   return *this;
 }
 
@@ -801,39 +554,7 @@ absl::StatusOr<DaemonStats> Client::GetStats() {
   absl::Status status = FromGrpcStatus(
       impl_->admin->GetStats(&context, v1::GetStatsRequest(), &r));
   if (!status.ok()) return status;
-  return DaemonStats{
-      .epoch = r.epoch(),
-      .uptime = absl::Seconds(r.uptime_seconds()),
-      .checkpoints_kept = r.checkpoints_kept(),
-      .checkpoints_dropped = r.checkpoints_dropped(),
-      .checkpoints_evicted = r.checkpoints_evicted(),
-      .checkpoints_orphaned = r.checkpoints_orphaned(),
-      .slots_total = r.slots_total(),
-      .slots_used = r.slots_used(),
-      .slots_held = r.slots_held(),
-      .slots_vacant = r.slots_vacant(),
-      .sessions = r.sessions(),
-      .requests = r.requests(),
-      .transfer = FromProto(r.transfer()),
-      .identity =
-          ModelIdentity{.model_id = r.identity().model_id(),
-                        .hash_block_size = r.identity().hash_block_size(),
-                        .hash_namespace = r.identity().hash_namespace(),
-                        .num_spec = r.identity().num_spec()},
-      .indexed_hashes = r.indexed_hashes(),
-      .resumes_fork = r.resumes_fork(),
-      .resumes_adopt = r.resumes_adopt(),
-      .resumes_miss = r.resumes_miss(),
-      .lease_expiries = r.lease_expiries(),
-      .sessions_evicted = r.sessions_evicted(),
-      .resume_blocks_wanted = r.resume_blocks_wanted(),
-      .resume_blocks_resumed = r.resume_blocks_resumed(),
-      .draining = r.draining(),
-      .state_bytes = r.state_bytes(),
-      .backend = r.backend(),
-      .max_slots = r.max_slots(),
-      .layout_name = r.layout_name(),
-      .bytes_per_slot = r.bytes_per_slot()};
+  return FromProto(r);
 }
 
 absl::StatusOr<std::vector<SessionSummary>> Client::ListSessions() {

@@ -1,12 +1,11 @@
 // The packed (columnar) form of a Step, converted to and from the list form
-// by the layout rule in statecache.proto (PackedOperations), generically:
-// each operation and result is walked through protobuf reflection, so these
-// follow the rule for every kind without a line per kind.
+// (Operation, OperationResult) by the codec (proto/packed_codec.h), which
+// holds every kind's layout: these are loops over its readers and writers.
 //
-// For clients that build a pass as a list and want to send it packed, for
-// reading packed results back as OperationResults, and for tests that hold
-// the daemon's per-kind packed code to the rule. Not fast (reflection): a
-// client that cares builds the columns directly.
+// For clients and tools that build a pass as a list and want to send it
+// packed, and for reading packed results back as OperationResults. A client
+// that cares for speed writes each kind's message with PackedOperationWriter
+// directly, as the C++ client library does, rather than building the list.
 //
 // Thread-safe (pure functions).
 #ifndef STATECACHE_PROTO_PACKED_FORM_H_

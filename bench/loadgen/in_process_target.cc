@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "client/from_proto.h"
 #include "daemon/core/state_transfer.h"
 #include "proto/packed_form.h"
 
@@ -73,62 +74,6 @@ void ToProto(const PassOp& op, v1::Operation* out) {
   }
 }
 
-absl::StatusOr<OperationResult> FromProto(const v1::OperationResult& r) {
-  if (r.code() != 0) {
-    return absl::Status(static_cast<absl::StatusCode>(r.code()), r.message());
-  }
-  switch (r.result_case()) {
-    case v1::OperationResult::kBeginPass: {
-      BeginPassResult out;
-      for (const v1::SlotMove& m : r.begin_pass().moves()) {
-        out.moves.push_back(SlotMove{.request_id = m.request_id(),
-                                     .index = m.index(),
-                                     .from_slot = m.from_slot(),
-                                     .to_slot = m.to_slot()});
-      }
-      out.pins_released = r.begin_pass().pins_released();
-      return out;
-    }
-    case v1::OperationResult::kAdmit: {
-      const v1::AdmitResult& a = r.admit();
-      return AdmitResult{
-          .slots = std::vector<int64_t>(a.slots().begin(), a.slots().end()),
-          .fork_src = a.fork_src(),
-          .blocks_resumed = a.blocks_resumed(),
-          .adopted = a.adopted()};
-    }
-    case v1::OperationResult::kResumableHit:
-      return ResumableHitResult{.blocks = r.resumable_hit().blocks()};
-    case v1::OperationResult::kReserve: {
-      ReserveResult out;
-      for (const v1::Reservation& s : r.reserve().reservations()) {
-        out.reservations.push_back(MidstepReservation{
-            .slot = s.slot(), .position = s.position(), .hash = s.hash()});
-      }
-      return out;
-    }
-    case v1::OperationResult::kPublish:
-      return PublishResult{.published = r.publish().published()};
-    case v1::OperationResult::kCheckpoint:
-      return ForkCheckpointResult{.state_slot = r.checkpoint().state_slot(),
-                                  .fork_src = r.checkpoint().fork_src(),
-                                  .kept = r.checkpoint().kept()};
-    case v1::OperationResult::kConsumeFork:
-      return ConsumeForkResult{.fork_src = r.consume_fork().fork_src()};
-    case v1::OperationResult::kRelease:
-      return ReleaseResult{.slots_released = r.release().slots_released()};
-    case v1::OperationResult::kUnindex:
-      return UnindexResult{.orphaned = r.unindex().orphaned()};
-    case v1::OperationResult::kClearIndex:
-      return ClearIndexResult{};
-    default:
-      break;
-  }
-  return absl::InternalError(absl::StrCat("a result of kind ",
-                                          static_cast<int>(r.result_case()),
-                                          " the load generator does not send"));
-}
-
 absl::StatusOr<std::unique_ptr<InProcessTarget>> InProcessTarget::Create(
     const ModelIdentity& identity, int64_t num_slots,
     const TransferConfig& transfer, int32_t max_operations_per_step,
@@ -192,43 +137,13 @@ absl::StatusOr<StepResults> InProcessTarget::Run(const Pass& pass,
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
           .count();
   if (!status.ok()) return status;
-  google::protobuf::RepeatedPtrField<v1::OperationResult> results;
-  if (absl::Status st = UnpackResults(response.packed_results(),
-                                      request.packed().kinds(), &results);
-      !st.ok()) {
-    return st;
-  }
-  StepResults out;
-  out.epoch = response.epoch();
-  out.results.reserve(results.size());
-  for (const v1::OperationResult& r : results) {
-    out.results.push_back(FromProto(r));
-  }
-  return out;
+  return FromProto(response, request.packed().kinds());
 }
 
 absl::StatusOr<DaemonStats> InProcessTarget::Stats() {
   v1::GetStatsResponse r;
   cache_->GetStats(&r);
-  DaemonStats s;
-  s.epoch = r.epoch();
-  s.checkpoints_kept = r.checkpoints_kept();
-  s.checkpoints_dropped = r.checkpoints_dropped();
-  s.checkpoints_evicted = r.checkpoints_evicted();
-  s.checkpoints_orphaned = r.checkpoints_orphaned();
-  s.slots_total = r.slots_total();
-  s.slots_used = r.slots_used();
-  s.slots_held = r.slots_held();
-  s.slots_vacant = r.slots_vacant();
-  s.sessions = r.sessions();
-  s.requests = r.requests();
-  s.indexed_hashes = r.indexed_hashes();
-  s.resumes_fork = r.resumes_fork();
-  s.resumes_adopt = r.resumes_adopt();
-  s.resumes_miss = r.resumes_miss();
-  s.resume_blocks_wanted = r.resume_blocks_wanted();
-  s.resume_blocks_resumed = r.resume_blocks_resumed();
-  return s;
+  return FromProto(r);
 }
 
 }  // namespace statecache::loadgen

@@ -1,9 +1,11 @@
 // InProcessTarget: runs passes on a StateCache (the daemon's core) built in
 // this process with the pool size and transfer a daemon's Attach reported,
 // so the same pass sequence meets the same decisions without RPC. Each pass
-// is sent packed, as the client library sends it to a daemon; only
-// StateCache::Step is timed (building the request and reading the results
-// back into StepResults are not), so the step latency is the core's own.
+// is sent packed, as the client library sends it to a daemon, and its
+// results are read back by the library's own code (client/from_proto.h);
+// only StateCache::Step is timed (building the request and reading the
+// results back into StepResults are not), so the step latency is the core's
+// own.
 //
 // With `metrics`, the core is observed by the daemon's Prometheus metrics
 // (not served), as a daemon with --metrics_address set (its default) runs.
@@ -48,10 +50,6 @@ class InProcessTarget final : public StepTarget {
 
 // The list form of `op` (shared with tests).
 void ToProto(const PassOp& op, v1::Operation* out);
-// A list-form result as the client library reports it: the refusal's
-// status, or the result of its kind. Errors: INTERNAL for a result of no
-// kind.
-absl::StatusOr<OperationResult> FromProto(const v1::OperationResult& result);
 
 }  // namespace statecache::loadgen
 

@@ -15,8 +15,8 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "daemon/service/arena_allocator.h"
-#include "daemon/service/grpc_status.h"
 #include "daemon/service/log.h"
+#include "proto/status_mapping.h"
 
 namespace statecache {
 namespace {
@@ -154,7 +154,7 @@ class StepStreamReactor final
     if (!status.ok()) {
       response.clear_results();
       response.clear_packed_results();
-      response.set_error_code(static_cast<int32_t>(status.code()));
+      response.set_error_code(ToWireCode(status));
       response.set_error_message(std::string(status.message()));
     }
     response.set_epoch(cache_->epoch());

@@ -17,9 +17,9 @@
 
 #include "absl/status/status.h"
 #include "daemon/core/slot_memory.h"
-#include "daemon/service/packed_pass.h"
 #include "daemon/service/session.h"
 #include "daemon/service/sessions.h"
+#include "proto/packed_codec.h"
 #include "proto/statecache/v1/statecache.pb.h"
 
 namespace statecache {

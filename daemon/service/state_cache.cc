@@ -9,7 +9,7 @@
 #include "daemon/common/status_macros.h"
 #include "daemon/device/dtype.h"
 #include "daemon/service/log.h"
-#include "daemon/service/packed_pass.h"
+#include "proto/packed_codec.h"
 
 namespace statecache {
 namespace {

@@ -4,7 +4,7 @@
 //
 // The gRPC layer is a thin adapter over this class: every method takes the
 // request message, fills the response message and returns an absl::Status
-// (mapped to a gRPC status in one place, grpc_status.h). Nothing here knows
+// (mapped to a gRPC status in one place, proto/status_mapping.h). Nothing here knows
 // about gRPC, so the whole protocol is unit-tested without an RPC stack.
 //
 // The decisions are the pool's verbs (daemon/core/slot_memory.h); this class
@@ -40,6 +40,7 @@
 #include "daemon/service/resize.h"
 #include "daemon/service/session.h"
 #include "daemon/service/sessions.h"
+#include "proto/packed_codec.h"
 #include "proto/statecache/v1/statecache.pb.h"
 
 namespace statecache {

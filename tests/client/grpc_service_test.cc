@@ -19,11 +19,11 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/statecache_client.h"
-#include "daemon/service/grpc_status.h"
 #include "daemon/service/session_event_log.h"
 #include "daemon/service/state_cache.h"
 #include "gtest/gtest.h"
 #include "proto/statecache/v1/statecache.grpc.pb.h"
+#include "proto/status_mapping.h"
 #include "tests/service/fake_clock.h"
 #include "tests/service/random_operations.h"
 

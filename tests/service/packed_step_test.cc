@@ -1,14 +1,15 @@
 // The packed form of a Step (PackedOperations / PackedResults), tested on
-// the core without any RPC stack:
-//  * the daemon's per-kind layouts follow the rule in statecache.proto, read
-//    off each operation's descriptor;
+// the core without any RPC stack (the codec's layouts against the rule in
+// statecache.proto are tests/proto/packed_codec_test.cc's):
 //  * twin daemons, one sent each random step as a list and the other the
 //    same step packed, make the same decisions: the same results (the packed
-//    ones written exactly as the generic, reflection-based PackResults writes
-//    the list's), the same refusals, the same pool;
+//    ones written exactly as the list-form PackResults writes the list's),
+//    the same refusals, the same pool;
 //  * a malformed packed step is refused whole and changes nothing;
-//  * the generic converters round-trip, and agree with the daemon's own
-//    validation on which columns are well formed.
+//  * the list-form converters round-trip, and agree with the daemon's own
+//    validation on which columns are well formed (UnpackOperations checks
+//    with it; the reflection walk of the rule that the validation is held
+//    to is tests/proto/packed_codec_test.cc's).
 #include <algorithm>
 #include <cstdint>
 #include <functional>
@@ -17,9 +18,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/service/packed_pass.h"
 #include "daemon/service/state_cache.h"
 #include "gtest/gtest.h"
+#include "proto/packed_codec.h"
 #include "proto/packed_form.h"
 #include "tests/service/cache_with_memory.h"
 #include "tests/service/fake_clock.h"
@@ -28,60 +29,10 @@
 namespace statecache {
 namespace {
 
-using google::protobuf::FieldDescriptor;
-
 constexpr int64_t kSlots = 12;
 constexpr int kMaxOps = 8;
 
 v1::Identity Identity() { return TestIdentity("packed/model"); }
-
-// The rule, from the descriptor: what PackedLayout must say for a message.
-std::string LayoutByRule(const google::protobuf::Descriptor* d) {
-  std::vector<const FieldDescriptor*> fields;
-  for (int i = 0; i < d->field_count(); ++i) fields.push_back(d->field(i));
-  std::sort(fields.begin(), fields.end(),
-            [](auto* a, auto* b) { return a->number() < b->number(); });
-  std::string out;
-  for (const FieldDescriptor* f : fields) {
-    if (f->is_repeated() && f->message_type() != nullptr) {
-      // Only reserve's positions: (position in args, hash in hashes).
-      EXPECT_EQ(f->message_type()->full_name(),
-                "statecache.v1.MidstepPosition");
-      out += 'p';
-    } else if (f->is_repeated()) {
-      EXPECT_TRUE(f->name() == "hashes" || f->name() == "block_hashes")
-          << f->full_name();
-      out += 'H';
-    } else if (f->cpp_type() == FieldDescriptor::CPPTYPE_STRING) {
-      out += 'r';
-    } else if (f->name() == "hash") {
-      out += 'h';
-    } else if (f->cpp_type() == FieldDescriptor::CPPTYPE_INT64) {
-      out += 'q';
-    } else if (f->cpp_type() == FieldDescriptor::CPPTYPE_INT32) {
-      out += 'w';
-    } else if (f->cpp_type() == FieldDescriptor::CPPTYPE_BOOL) {
-      out += 'b';
-    } else {
-      ADD_FAILURE() << "no rule for " << f->full_name();
-    }
-  }
-  return out;
-}
-
-TEST(PackedLayoutTest, EveryKindFollowsTheRule) {
-  const google::protobuf::OneofDescriptor* kinds =
-      v1::Operation::descriptor()->FindOneofByName("kind");
-  ASSERT_NE(kinds, nullptr);
-  for (int i = 0; i < kinds->field_count(); ++i) {
-    const FieldDescriptor* f = kinds->field(i);
-    SCOPED_TRACE(f->name());
-    EXPECT_EQ(PackedLayout(f->number()), LayoutByRule(f->message_type()));
-  }
-  EXPECT_EQ(PackedLayout(0), "?");
-  EXPECT_EQ(PackedLayout(kinds->field_count() + 1), "?");
-  EXPECT_EQ(PackedLayout(-1), "?");
-}
 
 std::unique_ptr<StateCache> NewCache(FakeClock* clock, const char* prefix) {
   return NewCacheWithMemory(Identity(), clock, prefix, kSlots, kSlots, kMaxOps);
@@ -294,8 +245,8 @@ TEST(PackedFormTest, ConvertersRoundTripAndAgreeWithTheDaemonOnValidity) {
     for (int k = 0; k < ops.size(); ++k) {
       ASSERT_EQ(back[k].SerializeAsString(), ops[k].SerializeAsString());
     }
-    // One random spoiling of one column: both readers of the rule (the
-    // daemon's per-kind one and the generic one) say the same.
+    // One random spoiling of one column: the daemon's validation and the
+    // list-form reader say the same.
     switch (draw.Below(5)) {
       case 0:
         if (packed.args_size() > 0) {

@@ -14,18 +14,11 @@ from . import _errors
 from ._errors import (EpochChanged, Error, LeaseLost, NotFound, Unavailable,
                       error_for, from_rpc_error)
 from ._memory import StateMemory
+from ._proto import pb as _pb
+from ._proto import pb_grpc as _pb_grpc
 from ._step import (StepBuilder, decode_results, step_request,
                     step_request_prefix)
 
-try:
-    from .v1 import statecache_pb2 as _pb
-    from .v1 import statecache_pb2_grpc as _pb_grpc
-except ImportError as _e:  # pragma: no cover - an unbuilt source tree
-    raise ImportError(
-        "statecache: the generated gRPC stubs (statecache.v1.statecache_pb2) "
-        "are missing; use the package built by CMake (PYTHONPATH="
-        "build/python) or install it with pip (see client/python/"
-        "pyproject.toml): %s" % _e) from _e
 
 __all__ = [
     "default_address",

@@ -6,13 +6,22 @@ the layout rule in statecache.proto, a few list appends per operation, and
 send() writes the columns' wire bytes itself (see "encoding" below); the
 results are read back from PackedResults by the same rule. Nothing here
 builds a protobuf message per operation.
+
+No layout is written here by hand: at import, each builder method and each
+result reader is generated from the proto's descriptors (each message's
+fields in field-number order, placed by the rule, see _place), so they
+follow statecache.proto as compiled; the methods' signatures and docstrings
+below are the API, checked against the descriptors.
 """
 
+import inspect
+import re
 import struct
-from dataclasses import dataclass, field
+from dataclasses import field, fields, make_dataclass
 from typing import List
 
 from ._errors import Internal, error_for
+from ._proto import pb as _pb
 
 __all__ = [
     "StepBuilder",
@@ -36,22 +45,59 @@ __all__ = [
     "SnapshotResult",
 ]
 
+# ------------------------------------------------------------------ the rule
+
+# Operation's kinds by name: their field numbers are the packed form's kinds.
+_KINDS = {f.name: f for f in _pb.Operation.DESCRIPTOR.oneofs_by_name["kind"]
+          .fields}
+# A kind's result message: OperationResult's field of the same name.
+_RESULT_FIELDS = _pb.OperationResult.DESCRIPTOR.fields_by_name
+_HASH_NAMES = ("hash", "hashes", "block_hashes")
+
+
+def _by_number(descriptor):
+    """A message's fields in field-number order (the layout rule's)."""
+    return sorted(descriptor.fields, key=lambda f: f.number)
+
+
+def _place(f):
+    """Where the layout rule puts field `f`: "id" (request_ids and
+    request_id_lengths), "hash" (hashes), "value" (args, or values for
+    results: any other scalar, bools as 0/1); for a repeated field its
+    length in args/values, then the elements: "hashes" (`hashes`,
+    `block_hashes`), "values" or "each" (a message's fields, per element)."""
+    if f.label == f.LABEL_REPEATED:
+        if f.message_type is not None:
+            return "each"
+        return "hashes" if f.name in _HASH_NAMES else "values"
+    if f.type == f.TYPE_STRING:
+        return "id"
+    return "hash" if f.name in _HASH_NAMES else "value"
+
+
+def _generate(source, name, namespace):
+    """The function `name` that `source` defines, run in `namespace`."""
+    exec(compile(source, "<statecache: %s>" % name, "exec"),  # noqa: S102
+         namespace)
+    return namespace[name]
+
+
 # Operation's `kind` field numbers (the packed form's kinds).
-BEGIN_PASS = 1
-ADMIT = 2
-RESUMABLE_HIT = 3
-LOOKUP = 4
-RESERVE = 5
-PUBLISH = 6
-CANCEL = 7
-CHECKPOINT = 8
-CONSUME_FORK = 9
-ADOPT_FORK_SOURCE = 10
-RELEASE = 11
-UNINDEX = 12
-CLEAR_INDEX = 13
-COPY = 14
-SNAPSHOT = 15
+BEGIN_PASS = _KINDS["begin_pass"].number
+ADMIT = _KINDS["admit"].number
+RESUMABLE_HIT = _KINDS["resumable_hit"].number
+LOOKUP = _KINDS["lookup"].number
+RESERVE = _KINDS["reserve"].number
+PUBLISH = _KINDS["publish"].number
+CANCEL = _KINDS["cancel"].number
+CHECKPOINT = _KINDS["checkpoint"].number
+CONSUME_FORK = _KINDS["consume_fork"].number
+ADOPT_FORK_SOURCE = _KINDS["adopt_fork_source"].number
+RELEASE = _KINDS["release"].number
+UNINDEX = _KINDS["unindex"].number
+CLEAR_INDEX = _KINDS["clear_index"].number
+COPY = _KINDS["copy"].number
+SNAPSHOT = _KINDS["snapshot"].number
 
 
 # ------------------------------------------------------------------ results
@@ -75,184 +121,91 @@ class _Result:
         return self
 
 
-def _result(cls):
-    return dataclass(slots=True)(cls)
+def _is_slot(name):
+    """Whether a field names a slot, whose "none" is -1."""
+    return name == "slot" or name.endswith("_slot") or name == "fork_src"
 
 
-@dataclass(slots=True)
-class MidstepPosition:
-    """A position a forward will pass (reserve's argument); a
-    ``(position, hash)`` tuple or a dict with those keys does as well."""
-
-    position: int = 0
-    hash: int = 0
-
-
-@dataclass(slots=True)
-class SlotMove:
-    """A live request's slot the pool moved (a shrink): re-point its slot
-    ``index`` from ``from_slot`` to ``to_slot`` before the next forward."""
-
-    request_id: str = ""
-    index: int = 0
-    from_slot: int = -1
-    to_slot: int = -1
-
-
-@dataclass(slots=True)
-class Reservation:
-    """A midstep checkpoint's destination slot."""
-
-    slot: int = -1
-    position: int = 0
-    hash: int = 0
+def _dataclass(name, doc, base=object):
+    """A dataclass of the proto message `name`'s fields, in declaration
+    order, each at its default (-1 for a slot: "none"); after them `code`
+    and `message` when `base` is _Result."""
+    spec = []
+    for f in _pb.DESCRIPTOR.message_types_by_name[name].fields:
+        if f.label == f.LABEL_REPEATED:
+            element = (_CLASSES[f.message_type.name] if f.message_type
+                       else int)
+            spec.append((f.name, List[element], field(default_factory=list)))
+        elif f.type == f.TYPE_STRING:
+            spec.append((f.name, str, ""))
+        elif f.type == f.TYPE_BOOL:
+            spec.append((f.name, bool, False))
+        else:
+            spec.append((f.name, int, -1 if _is_slot(f.name) else 0))
+    if base is _Result:
+        spec += [("code", int, 0), ("message", str, "")]
+    cls = make_dataclass(name, spec, bases=(base,), slots=True,
+                         namespace={"__doc__": doc})
+    cls.__module__ = __name__
+    _CLASSES[name] = cls
+    return cls
 
 
-# Every result: the proto result's fields, then `code` (0 OK, else the
-# refusal's google.rpc.Code number) and `message`. A refused operation's
-# result has its fields at their defaults (-1 for slots: "none").
+# The classes below, by message name (the elements first).
+_CLASSES = {}
+
+MidstepPosition = _dataclass(
+    "MidstepPosition",
+    "A position a forward will pass (reserve's argument); a ``(position, "
+    "hash)`` tuple or a dict with those keys does as well.")
+SlotMove = _dataclass(
+    "SlotMove",
+    "A live request's slot the pool moved (a shrink): re-point its slot "
+    "``index`` from ``from_slot`` to ``to_slot`` before the next forward.")
+Reservation = _dataclass("Reservation", "A midstep checkpoint's slot.")
 
 
-@_result
-class BeginPassResult(_Result):
-    moves: List[SlotMove] = field(default_factory=list)
-    pins_released: int = 0
-    code: int = 0
-    message: str = ""
+def _result(name):
+    return _dataclass(name, "The result of %s: the proto message's fields, "
+                      "then `code` (0 OK, else the refusal's google.rpc.Code "
+                      "number) and `message`; refused, the fields are at "
+                      "their defaults (-1 for a slot: none)." % name,
+                      _Result)
 
 
-@_result
-class AdmitResult(_Result):
-    slots: List[int] = field(default_factory=list)
-    fork_src: int = -1
-    blocks_resumed: int = 0
-    adopted: bool = False
-    code: int = 0
-    message: str = ""
-
-
-@_result
-class ResumableHitResult(_Result):
-    blocks: int = 0
-    code: int = 0
-    message: str = ""
-
-
-@_result
-class LookupResult(_Result):
-    slot: int = -1
-    code: int = 0
-    message: str = ""
-
-
-@_result
-class ReserveResult(_Result):
-    reservations: List[Reservation] = field(default_factory=list)
-    code: int = 0
-    message: str = ""
-
-
-@_result
-class PublishResult(_Result):
-    published: int = 0
-    code: int = 0
-    message: str = ""
-
-
-@_result
-class CancelResult(_Result):
-    cancelled: int = 0
-    code: int = 0
-    message: str = ""
-
-
-@_result
-class CheckpointResult(_Result):
-    state_slot: int = -1
-    fork_src: int = -1
-    kept: bool = False
-    code: int = 0
-    message: str = ""
-
-
-@_result
-class ConsumeForkResult(_Result):
-    fork_src: int = -1
-    code: int = 0
-    message: str = ""
-
-
-@_result
-class AdoptForkSourceResult(_Result):
-    state_slot: int = -1
-    code: int = 0
-    message: str = ""
-
-
-@_result
-class ReleaseResult(_Result):
-    slots_released: int = 0
-    code: int = 0
-    message: str = ""
-
-
-@_result
-class UnindexResult(_Result):
-    orphaned: int = 0
-    code: int = 0
-    message: str = ""
-
-
-@_result
-class ClearIndexResult(_Result):
-    code: int = 0
-    message: str = ""
-
-
-@_result
-class CopyResult(_Result):
-    bytes: int = 0
-    code: int = 0
-    message: str = ""
-
-
-@_result
-class SnapshotResult(_Result):
-    slot: int = -1
-    kept: bool = False
-    code: int = 0
-    message: str = ""
-
+# Every result, one per operation kind, field for field as in the proto.
+BeginPassResult = _result("BeginPassResult")
+AdmitResult = _result("AdmitResult")
+ResumableHitResult = _result("ResumableHitResult")
+LookupResult = _result("LookupResult")
+ReserveResult = _result("ReserveResult")
+PublishResult = _result("PublishResult")
+CancelResult = _result("CancelResult")
+CheckpointResult = _result("CheckpointResult")
+ConsumeForkResult = _result("ConsumeForkResult")
+AdoptForkSourceResult = _result("AdoptForkSourceResult")
+ReleaseResult = _result("ReleaseResult")
+UnindexResult = _result("UnindexResult")
+ClearIndexResult = _result("ClearIndexResult")
+CopyResult = _result("CopyResult")
+SnapshotResult = _result("SnapshotResult")
 
 # The result class of each kind, by kind number.
 RESULT_TYPES = {
-    BEGIN_PASS: BeginPassResult,
-    ADMIT: AdmitResult,
-    RESUMABLE_HIT: ResumableHitResult,
-    LOOKUP: LookupResult,
-    RESERVE: ReserveResult,
-    PUBLISH: PublishResult,
-    CANCEL: CancelResult,
-    CHECKPOINT: CheckpointResult,
-    CONSUME_FORK: ConsumeForkResult,
-    ADOPT_FORK_SOURCE: AdoptForkSourceResult,
-    RELEASE: ReleaseResult,
-    UNINDEX: UnindexResult,
-    CLEAR_INDEX: ClearIndexResult,
-    COPY: CopyResult,
-    SNAPSHOT: SnapshotResult,
+    kind.number: _CLASSES[_RESULT_FIELDS[name].message_type.name]
+    for name, kind in _KINDS.items()
 }
 
 
 # ------------------------------------------------------------------ decoding
 #
 # PackedResults' `values` column is read as one list, and each result is
-# built straight from it by the kind's field order (the layout rule applied
-# to the result message). The kinds a pass carries most are decoded inline
-# in decode_results; the others by a reader of their own:
-# reader(values, at, columns) -> (result, next at), where `columns` reads
-# the request id and hash columns (only begin_pass's moves and reserve's
-# reservations use them).
+# built straight from it by its message's fields in the rule's order. The
+# code that does it is generated from the descriptors (_decoder_lines): for
+# the kinds a pass carries most, inline in the decoding loop; for the others
+# a reader each, reader(values, at, columns) -> (result, next at), where
+# `columns` reads the request id and hash columns (only begin_pass's moves
+# and reserve's reservations use them).
 
 
 class _Columns:
@@ -285,69 +238,121 @@ class _Columns:
                 and self.hash == len(self.hashes))
 
 
-def _read_begin_pass(v, at, c):
-    n = v[at]
-    at += 1
-    moves = []
-    for _ in range(n):
-        moves.append(SlotMove(c.next_id(), v[at], v[at + 1], v[at + 2]))
-        at += 3
-    return BeginPassResult(moves, v[at], 0, ""), at + 1
+class _Names:
+    """Fresh local names for generated code."""
+
+    def __init__(self):
+        self.count = 0
+
+    def __call__(self, stem):
+        self.count += 1
+        return "_%s%d" % (stem, self.count)
 
 
-def _read_admit(v, at, _):
-    end = at + 1 + v[at]
-    if end + 2 >= len(v):
-        raise IndexError("admit result")
-    return (AdmitResult(v[at + 1:end], v[end], v[end + 1], v[end + 2] != 0,
-                        0, ""), end + 3)
+def _decoder_lines(descriptor, store, names, indent="    "):
+    """Source lines that read one `descriptor` message from `v` at `at` (and
+    the columns `c`) into its dataclass, then run `store` % the construction
+    and leave `at` past it. `names` makes the locals."""
+    cls = _CLASSES[descriptor.name]
+    order = [f.name for f in fields(cls)][:len(descriptor.fields)]
+    rule = _by_number(descriptor)
+    fixed = all(_place(f) in ("id", "hash", "value") for f in rule)
+    # A fixed layout whose dataclass has the rule's order reads inline, each
+    # value from v[at + offset]; otherwise through locals, in the rule's
+    # order, `at` moving past each list.
+    inline = fixed and order == [f.name for f in rule]
+    lines, exprs, offset = [], {}, 0
+
+    def at_plus(k):
+        return "v[at + %d]" % k if k else "v[at]"
+
+    for f in rule:
+        place = _place(f)
+        if place in ("id", "hash", "value"):
+            expr = {"id": "c.next_id()", "hash": "c.next_hash()",
+                    "value": at_plus(offset)}[place]
+            if place == "value":
+                if f.type == f.TYPE_BOOL:
+                    expr += " != 0"
+                offset += 1
+            if inline:
+                exprs[f.name] = expr
+            else:
+                exprs[f.name] = names(f.name)
+                lines.append("%s%s = %s" % (indent, exprs[f.name], expr))
+            continue
+        # A list: its length, then its elements.
+        n, items = names("n"), names(f.name)
+        exprs[f.name] = items
+        lines.append("%s%s = %s" % (indent, n, at_plus(offset)))
+        lines.append("%sat += %d" % (indent, offset + 1))
+        offset = 0
+        if place == "values":
+            lines.append("%s%s = v[at:at + %s]" % (indent, items, n))
+            lines.append("%sif %s < 0 or len(%s) != %s:" % (indent, n, items,
+                                                              n))
+            lines.append("%s    raise IndexError(%r)" % (indent, f.full_name))
+            lines.append("%sat += %s" % (indent, n))
+        elif place == "hashes":
+            lines.append("%s%s = [c.next_hash() for _ in range(%s)]"
+                         % (indent, items, n))
+        else:
+            lines.append("%s%s = []" % (indent, items))
+            lines.append("%sfor _ in range(%s):" % (indent, n))
+            lines += _decoder_lines(f.message_type, items + ".append(%s)",
+                                    names, indent + "    ")
+    construction = "%s(%s)" % (cls.__name__, ", ".join(
+        [exprs[name] for name in order]
+        + (['0', '""'] if "code" in cls.__dataclass_fields__ else [])))
+    lines.append(indent + store % construction)
+    if offset:
+        lines.append("%sat += %d" % (indent, offset))
+    return lines
 
 
-def _read_reserve(v, at, c):
-    n = v[at]
-    at += 1
-    reservations = []
-    for _ in range(n):
-        reservations.append(Reservation(v[at], v[at + 1], c.next_hash()))
-        at += 2
-    return ReserveResult(reservations, 0, ""), at
+def _reader(kind):
+    """The generated reader of kind `kind`'s result (see above)."""
+    name = "_read_" + kind.name
+    lines = ["def %s(v, at, c):" % name]
+    lines += _decoder_lines(_RESULT_FIELDS[kind.name].message_type,
+                            "result = %s", _Names())
+    lines.append("    return result, at")
+    return _generate("\n".join(lines) + "\n", name, dict(_CLASSES))
 
 
-def _read_checkpoint(v, at, _):
-    return CheckpointResult(v[at], v[at + 1], v[at + 2] != 0, 0, ""), at + 3
+_READERS = {kind.number: _reader(kind) for kind in _KINDS.values()}
+
+# The kinds of a steady pass, decoded inline (a call less each).
+_INLINE_KINDS = (CHECKPOINT, CONSUME_FORK, RELEASE, RESUMABLE_HIT)
 
 
-def _read_snapshot(v, at, _):
-    return SnapshotResult(v[at], v[at + 1] != 0, 0, ""), at + 2
+def _decoding_loop():
+    """The generated loop over a pass's results: returns the results, the
+    values used and the refusals read. IndexError when a column is short."""
+    names = _Names()
+    lines = ["def _decode(kinds, codes, v, c, messages, types, readers):",
+             "    out = []",
+             "    append = out.append",
+             "    at = 0",
+             "    refused = 0",
+             "    for kind, code in zip(kinds, codes):",
+             "        if code:",
+             "            append(types[kind](code=code,"
+             " message=messages[refused]))",
+             "            refused += 1"]
+    for kind in _INLINE_KINDS:
+        name = next(n for n, k in _KINDS.items() if k.number == kind)
+        lines.append("        elif kind == %d:" % kind)
+        lines += _decoder_lines(_RESULT_FIELDS[name].message_type,
+                                "append(%s)", names, " " * 12)
+    lines += ["        else:",
+              "            result, at = readers[kind](v, at, c)",
+              "            append(result)",
+              "    return out, at, refused"]
+    return _generate("\n".join(lines) + "\n", "_decode", dict(_CLASSES))
 
 
-def _reader_of_one(cls):
-    def read(v, at, _):
-        return cls(v[at], 0, ""), at + 1
-    return read
-
-
-def _read_clear_index(v, at, _):
-    return ClearIndexResult(0, ""), at
-
-
-_READERS = {
-    BEGIN_PASS: _read_begin_pass,
-    ADMIT: _read_admit,
-    RESUMABLE_HIT: _reader_of_one(ResumableHitResult),
-    LOOKUP: _reader_of_one(LookupResult),
-    RESERVE: _read_reserve,
-    PUBLISH: _reader_of_one(PublishResult),
-    CANCEL: _reader_of_one(CancelResult),
-    CHECKPOINT: _read_checkpoint,
-    CONSUME_FORK: _reader_of_one(ConsumeForkResult),
-    ADOPT_FORK_SOURCE: _reader_of_one(AdoptForkSourceResult),
-    RELEASE: _reader_of_one(ReleaseResult),
-    UNINDEX: _reader_of_one(UnindexResult),
-    CLEAR_INDEX: _read_clear_index,
-    COPY: _reader_of_one(CopyResult),
-    SNAPSHOT: _read_snapshot,
-}
+_decode = _decoding_loop()
 
 
 def decode_results(kinds, packed):
@@ -363,35 +368,10 @@ def decode_results(kinds, packed):
             "predates the packed form?)" % (len(codes), len(kinds)))
     v = list(packed.values)
     columns = _Columns(packed)
-    readers = _READERS
-    out = []
-    append = out.append
-    at = 0
     messages = packed.messages if any(codes) else ()
-    refused = 0
     try:
-        for kind, code in zip(kinds, codes):
-            if code:
-                append(RESULT_TYPES[kind](code=code,
-                                          message=messages[refused]))
-                refused += 1
-            # The kinds of a steady pass, inline (a call less each).
-            elif kind == CHECKPOINT:
-                append(CheckpointResult(v[at], v[at + 1], v[at + 2] != 0,
-                                        0, ""))
-                at += 3
-            elif kind == CONSUME_FORK:
-                append(ConsumeForkResult(v[at], 0, ""))
-                at += 1
-            elif kind == RELEASE:
-                append(ReleaseResult(v[at], 0, ""))
-                at += 1
-            elif kind == RESUMABLE_HIT:
-                append(ResumableHitResult(v[at], 0, ""))
-                at += 1
-            else:
-                result, at = readers[kind](v, at, columns)
-                append(result)
+        out, at, refused = _decode(kinds, codes, v, columns, messages,
+                                   RESULT_TYPES, _READERS)
         if refused != len(messages):
             raise IndexError("more messages than refusals")
     except IndexError as e:
@@ -501,17 +481,117 @@ def step_request(prefix, packed):
 # ------------------------------------------------------------------ builder
 
 
-def _position(p):
+def _element(p, names, what):
+    """A repeated message's element as its fields' values, in the rule's
+    order: from a tuple, a dict of some of the fields (the others 0) or an
+    object with them as attributes (e.g. MidstepPosition)."""
     if isinstance(p, tuple):
-        position, h = p
-        return position, h
+        if len(p) != len(names):
+            raise TypeError("%s: an element is a tuple of %d, not %d (%s)"
+                            % (what, len(names), len(p), ", ".join(names)))
+        return p
     if isinstance(p, dict):
-        unknown = set(p) - {"position", "hash"}
+        unknown = set(p) - set(names)
         if unknown:
-            raise TypeError("reserve(): position has unknown field %r"
-                            % sorted(unknown)[0])
-        return p.get("position", 0), p.get("hash", 0)
-    return p.position, p.hash
+            raise TypeError("%s: an element has unknown field %r"
+                            % (what, sorted(unknown)[0]))
+        return tuple(p.get(name, 0) for name in names)
+    return tuple(getattr(p, name) for name in names)
+
+
+def _encoder_lines(rule, values, names, indent, lengths=None):
+    """Source lines that append the fields `rule` (a message's fields in the
+    rule's order) to the builder's columns, from the expressions `values`
+    (field name -> expression; a list's length from `lengths` where it has
+    one). `names` makes the locals."""
+    lines, args = [], []
+
+    def flush():
+        if len(args) == 1:
+            lines.append("%s_args.append(%s)" % (indent, args[0]))
+        elif args:
+            lines.append("%s_args += (%s)" % (indent, ", ".join(args)))
+        args.clear()
+
+    for f in rule:
+        place, value = _place(f), values[f.name]
+        if place == "id":
+            flush()
+            lines.append("%s_ids.append(%s)" % (indent, value))
+        elif place == "value":
+            args.append("(1 if %s else 0)" % value
+                        if f.type == f.TYPE_BOOL else value)
+        elif place == "hash":
+            flush()
+            lines.append("%s_hashes.append(%s)" % (indent, value))
+        else:
+            args.append((lengths or {}).get(f.name, "len(%s)" % value))
+            flush()
+            if place == "hashes":
+                lines.append("%s_hashes += %s" % (indent, value))
+            elif place == "values":
+                lines.append("%s_args += %s" % (indent, value))
+            else:
+                element = _by_number(f.message_type)
+                locals_ = {g.name: names(g.name) for g in element}
+                lines.append("%sfor %s, in %s:" % (
+                    indent, ", ".join(locals_[g.name] for g in element),
+                    value))
+                lines += _encoder_lines(element, locals_, names,
+                                        indent + "    ")
+    flush()
+    return lines
+
+
+def _operation(stub):
+    """The builder method of the operation `stub` is named after: appends
+    the kind and its fields to the columns by the layout rule. The stub
+    gives the API (its parameters, which must be the operation's fields in
+    field-number order, their defaults and the docstring); its body is not
+    used."""
+    kind = _KINDS[stub.__name__]
+    rule = _by_number(kind.message_type)
+    params = list(inspect.signature(stub).parameters)[1:]
+    if params != [f.name for f in rule]:
+        raise TypeError("StepBuilder.%s(%s) does not match the proto's %s(%s)"
+                        % (stub.__name__, ", ".join(params),
+                           kind.message_type.name,
+                           ", ".join(f.name for f in rule)))
+    names = _Names()
+    values = {f.name: f.name for f in rule}
+    lengths = {}
+    lines = ["def %s(self%s):" % (stub.__name__,
+                                  "".join(", " + p for p in params))]
+    # Lists first: one that has no length, or an element of the wrong
+    # shape, raises before anything is appended.
+    for f in rule:
+        if _place(f) == "each":
+            values[f.name] = names(f.name)
+            lines.append("    %s = [_element(p, %r, %r) for p in %s]" % (
+                values[f.name], tuple(g.name for g in _by_number(
+                    f.message_type)), stub.__name__ + "()", f.name))
+        elif _place(f) in ("hashes", "values"):
+            lengths[f.name] = names("n")
+            lines.append("    %s = len(%s)" % (lengths[f.name], f.name))
+    body = _encoder_lines(rule, values, names, "    ", lengths)
+    # A column used more than once (or in a loop) is looked up once.
+    for column in ("_ids", "_args", "_hashes"):
+        use = re.compile(r"(?<![\w.])%s\b" % column)
+        uses = [line for line in body if use.search(line)]
+        if len(uses) > 1 or any(line.startswith(" " * 8) for line in uses):
+            lines.append("    %s = self.%s" % (column, column))
+        else:
+            body = [use.sub("self." + column, line) for line in body]
+    lines.append("    self._kinds.append(%d)" % kind.number)
+    lines += body
+    lines.append("    return self")
+    method = _generate("\n".join(lines) + "\n", stub.__name__,
+                       {"_element": _element})
+    method.__defaults__ = stub.__defaults__
+    method.__doc__ = stub.__doc__
+    method.__qualname__ = stub.__qualname__
+    method.__module__ = stub.__module__
+    return method
 
 
 class StepBuilder:
@@ -606,139 +686,87 @@ class StepBuilder:
         self.clear()
         return self._sender(packed, kinds)
 
-    # ---- the operations, in Operation's field-number order. Each writes
-    # its message's fields in field-number order: request ids to the id
-    # column, `hash` fields and hash lists to `hashes`, every other scalar
-    # (bools as 0/1, a list's length first) to `args`.
+    # ---- the operations, in Operation's field-number order. Each is
+    # generated by _operation from the proto's descriptor: it writes its
+    # message's fields in field-number order, request ids to the id column,
+    # `hash` fields and hash lists to `hashes`, every other scalar (bools as
+    # 0/1, a list's length first) to `args`.
 
+    @_operation
     def begin_pass(self):
         """Ticks the session's pin clock (BeginPassResult: moves,
         pins_released)."""
-        self._kinds.append(BEGIN_PASS)
-        return self
 
+    @_operation
     def admit(self, request_id, width, num_tokens, anchor_pos=0,
               block_hashes=(), kv_hit_blocks=0):
         """Admits a request with `width` slots, resuming up to
         `kv_hit_blocks` blocks of `block_hashes` from a checkpoint
         (AdmitResult: slots, fork_src, blocks_resumed, adopted)."""
-        n = len(block_hashes)
-        self._kinds.append(ADMIT)
-        self._ids.append(request_id)
-        args = self._args
-        args += (width, num_tokens, anchor_pos, n)
-        self._hashes += block_hashes
-        args.append(kv_hit_blocks)
-        return self
 
+    @_operation
     def resumable_hit(self, num_tokens, block_hashes=(), kv_hit_blocks=0,
                       assume_checkpointed=False):
         """How many of `kv_hit_blocks` admit would resume; changes nothing
         (ResumableHitResult: blocks)."""
-        n = len(block_hashes)
-        self._kinds.append(RESUMABLE_HIT)
-        args = self._args
-        args += (num_tokens, n)
-        self._hashes += block_hashes
-        args += (kv_hit_blocks, 1 if assume_checkpointed else 0)
-        return self
 
+    @_operation
     def lookup(self, hash):  # noqa: A002 - the proto's field name
         """The slot holding the checkpoint for `hash`, or -1
         (LookupResult: slot)."""
-        self._kinds.append(LOOKUP)
-        self._hashes.append(hash)
-        return self
 
+    @_operation
     def reserve(self, request_id, positions=()):
         """Takes a destination slot for each midstep position the forward
         will pass: ``(position, hash)`` tuples, dicts with those keys, or
         MidstepPosition (ReserveResult: reservations)."""
-        pairs = [_position(p) for p in positions]
-        self._kinds.append(RESERVE)
-        self._ids.append(request_id)
-        args = self._args
-        hashes = self._hashes
-        args.append(len(pairs))
-        for position, h in pairs:
-            args.append(position)
-            hashes.append(h)
-        return self
 
+    @_operation
     def publish(self, request_id, keep_all=False):
         """Files the reserved slots the forward wrote as checkpoints
         (PublishResult: published)."""
-        self._kinds.append(PUBLISH)
-        self._ids.append(request_id)
-        self._args.append(1 if keep_all else 0)
-        return self
 
+    @_operation
     def cancel(self, request_id):
         """The forward never ran: the reservations go back
         (CancelResult: cancelled)."""
-        self._kinds.append(CANCEL)
-        self._ids.append(request_id)
-        return self
 
+    @_operation
     def checkpoint(self, request_id, boundary_blocks, hash,  # noqa: A002
                    anchor_pos=0):
         """Fork checkpoint at `boundary_blocks`, filed under `hash`
         (CheckpointResult: state_slot, fork_src, kept)."""
-        self._kinds.append(CHECKPOINT)
-        self._ids.append(request_id)
-        self._args.append(boundary_blocks)
-        self._hashes.append(hash)
-        self._args.append(anchor_pos)
-        return self
 
+    @_operation
     def consume_fork(self, request_id):
         """The forward reading the request's fork source was issued
         (ConsumeForkResult: fork_src)."""
-        self._kinds.append(CONSUME_FORK)
-        self._ids.append(request_id)
-        return self
 
+    @_operation
     def adopt_fork_source(self, request_id):
         """The request takes its fork source over as its committed slot
         (AdoptForkSourceResult: state_slot)."""
-        self._kinds.append(ADOPT_FORK_SOURCE)
-        self._ids.append(request_id)
-        return self
 
+    @_operation
     def release(self, request_id):
         """The request finished or was preempted
         (ReleaseResult: slots_released)."""
-        self._kinds.append(RELEASE)
-        self._ids.append(request_id)
-        return self
 
+    @_operation
     def unindex(self, hashes=()):
         """These hashes' KV blocks were evicted (UnindexResult:
         orphaned)."""
-        n = len(hashes)
-        self._kinds.append(UNINDEX)
-        self._args.append(n)
-        self._hashes += hashes
-        return self
 
+    @_operation
     def clear_index(self):
         """Drops every checkpoint hash (ClearIndexResult)."""
-        self._kinds.append(CLEAR_INDEX)
-        return self
 
+    @_operation
     def copy(self, request_id, from_index, to_index):
         """Copies the request's slot `from_index` onto its slot `to_index`
         with the daemon's copy engine (CopyResult: bytes)."""
-        self._kinds.append(COPY)
-        self._ids.append(request_id)
-        self._args += (from_index, to_index)
-        return self
 
+    @_operation
     def snapshot(self, request_id, position, hash):  # noqa: A002
         """Copy-mode checkpoint of the committed slot at `position`, filed
         under `hash` (SnapshotResult: slot, kept)."""
-        self._kinds.append(SNAPSHOT)
-        self._ids.append(request_id)
-        self._args.append(position)
-        self._hashes.append(hash)
-        return self
