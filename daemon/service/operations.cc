@@ -31,18 +31,19 @@ absl::Span<const int64_t> Hashes(
 void CountResume(OperationContext& c, const Admission& admitted,
                  int64_t wanted) {
   ServiceCounters& n = c.counters;
-  n.resume_blocks_wanted += wanted;
-  n.resume_blocks_resumed += admitted.blocks_resumed;
+  n.set_resume_blocks_wanted(n.resume_blocks_wanted() + wanted);
+  n.set_resume_blocks_resumed(n.resume_blocks_resumed() +
+                              admitted.blocks_resumed);
   switch (admitted.outcome) {
     case ResumeOutcome::kFork:
-      ++n.resumes_fork;
+      n.set_resumes_fork(n.resumes_fork() + 1);
       break;
     case ResumeOutcome::kAdopt:
-      ++n.resumes_adopt;
+      n.set_resumes_adopt(n.resumes_adopt() + 1);
       break;
     case ResumeOutcome::kMiss:
     case ResumeOutcome::kCold:
-      ++n.resumes_miss;
+      n.set_resumes_miss(n.resumes_miss() + 1);
       break;
   }
   for (ResumeObserver* o : c.resume_observers) {

@@ -24,16 +24,10 @@
 
 namespace statecache {
 
-// Resumes and the like, as GetStats reports them.
-struct ServiceCounters {
-  int64_t resumes_fork = 0;
-  int64_t resumes_adopt = 0;
-  int64_t resumes_miss = 0;
-  int64_t lease_expiries = 0;
-  int64_t sessions_evicted = 0;
-  int64_t resume_blocks_wanted = 0;
-  int64_t resume_blocks_resumed = 0;
-};
+// The counters the service keeps (resumes, lease expiries, evictions) are
+// kept in the GetStats message itself, so their list lives only in the
+// .proto: GetStats starts its response from them.
+using ServiceCounters = v1::GetStatsResponse;
 
 // Told of each resumed admission (kv_hit_blocks > 0). Called under the
 // core's mutex: must be cheap.

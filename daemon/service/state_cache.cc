@@ -128,7 +128,7 @@ absl::StatusOr<Session*> StateCache::FindSession(const std::string& id) {
   }
   const absl::Time now = clock_->Now();
   if (now - session->last_seen > options_.lease_ttl) {
-    ++counters_.lease_expiries;
+    counters_.set_lease_expiries(counters_.lease_expiries() + 1);
     RETURN_IF_ERROR(EndSession(id, SessionEnd::kExpired).status());
     return absl::NotFoundError(absl::StrCat("session '", id, "' was ",
                                             EndName(SessionEnd::kExpired),
@@ -244,7 +244,7 @@ absl::Status StateCache::EvictSession(const v1::EvictSessionRequest& request,
       return absl::NotFoundError(
           absl::StrCat("unknown session '", request.session_id(), "'"));
     }
-    ++counters_.sessions_evicted;
+    counters_.set_sessions_evicted(counters_.sessions_evicted() + 1);
     ASSIGN_OR_RETURN(int32_t released,
                      EndSession(request.session_id(), SessionEnd::kEvicted));
     response->set_requests_released(released);
@@ -438,7 +438,7 @@ std::vector<std::function<void()>> StateCache::TickLocked() {
   std::vector<std::function<void()>> done;
   const absl::Time now = clock_->Now();
   for (const std::string& id : sessions_.Lapsed(now, options_.lease_ttl)) {
-    ++counters_.lease_expiries;
+    counters_.set_lease_expiries(counters_.lease_expiries() + 1);
     if (absl::Status st = EndSession(id, SessionEnd::kExpired).status();
         !st.ok()) {
       // The session is gone all the same; the pool disagreeing with it is

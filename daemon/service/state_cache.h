@@ -4,8 +4,8 @@
 //
 // The gRPC layer is a thin adapter over this class: every method takes the
 // request message, fills the response message and returns an absl::Status
-// (mapped to a gRPC status in one place, proto/status_mapping.h). Nothing here knows
-// about gRPC, so the whole protocol is unit-tested without an RPC stack.
+// (mapped to a gRPC status in one place, proto/status_mapping.h). Nothing here
+// knows about gRPC, so the whole protocol is unit-tested without an RPC stack.
 //
 // The decisions are the pool's verbs (daemon/core/slot_memory.h); this class
 // adds sessions, leases and pin clocks (sessions.h), runs a Step's

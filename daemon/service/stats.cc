@@ -16,6 +16,7 @@ namespace statecache {
 
 void StateCache::GetStats(v1::GetStatsResponse* response) {
   absl::MutexLock lock(&mu_);
+  response->CopyFrom(counters_);  // the service's counters, then the rest
   response->set_epoch(epoch_);
   response->set_uptime_seconds(
       absl::ToDoubleSeconds(clock_->Now() - start_time_));
@@ -35,13 +36,6 @@ void StateCache::GetStats(v1::GetStatsResponse* response) {
   FillTransfer(pool.transfer(), response->mutable_transfer());
   *response->mutable_identity() = options_.identity;
   response->set_indexed_hashes(pool.NumIndexed());
-  response->set_resumes_fork(counters_.resumes_fork);
-  response->set_resumes_adopt(counters_.resumes_adopt);
-  response->set_resumes_miss(counters_.resumes_miss);
-  response->set_lease_expiries(counters_.lease_expiries);
-  response->set_sessions_evicted(counters_.sessions_evicted);
-  response->set_resume_blocks_wanted(counters_.resume_blocks_wanted);
-  response->set_resume_blocks_resumed(counters_.resume_blocks_resumed);
   response->set_draining(draining_);
   response->set_max_slots(options_.max_slots);
   if (const Device* device = memory_.device(); device != nullptr) {
