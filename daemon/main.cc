@@ -150,6 +150,8 @@ constexpr absl::Duration kMinMaintenanceSleep = absl::Milliseconds(1);
 
 // ------------------------------------------------------------ configuration
 
+// One flag-to-option mapping, read top to bottom; it runs a little over the
+// usual length because each flag's check sits beside its use.
 absl::StatusOr<StateCacheOptions> OptionsFromFlags() {
   StateCacheOptions options;
   options.identity.set_model_id(absl::GetFlag(FLAGS_model_id));
@@ -457,6 +459,23 @@ absl::Status StartMetrics(Metrics& metrics, StateCache& cache,
   return absl::OkStatus();
 }
 
+// Health: the server as a whole ("") and each service by name.
+void SetServing(grpc::Server& server, bool serving) {
+  grpc::HealthCheckServiceInterface* health = server.GetHealthCheckService();
+  if (health == nullptr) return;
+  health->SetServingStatus(v1::StateCache::service_full_name(), serving);
+  health->SetServingStatus(v1::StateCacheAdmin::service_full_name(), serving);
+  health->SetServingStatus(serving);
+}
+
+// The stop signal that arrived (blocked by BlockStopSignals).
+int WaitForSignal(const sigset_t& signals) {
+  int signal_number = 0;
+  while (sigwait(&signals, &signal_number) != 0) {
+  }
+  return signal_number;
+}
+
 // Lets calls in flight finish after new sessions are refused: a Step being
 // served on a stream and a Resize get up to `grace` (after it, a pending
 // Resize call finishes CANCELLED). gRPC's own Shutdown would also wait that
@@ -559,15 +578,7 @@ int Serve() {
   if (socket_path && ::chmod(socket_path->c_str(), 0660) != 0) {
     LOG_WARNING("chmod 0660 %s: %s", *socket_path, std::strerror(errno));
   }
-  // Health: the server as a whole ("") and each service by name.
-  grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
-  auto set_serving = [health](bool serving) {
-    if (health == nullptr) return;
-    health->SetServingStatus(v1::StateCache::service_full_name(), serving);
-    health->SetServingStatus(v1::StateCacheAdmin::service_full_name(), serving);
-    health->SetServingStatus(serving);
-  };
-  set_serving(true);
+  SetServing(*server, true);
 
   MaintenanceThread maintenance(cache->get(), &events);
 
@@ -579,14 +590,12 @@ int Serve() {
            (*cache)->epoch());
   SignalReady(absl::GetFlag(FLAGS_ready_fd));
 
-  int signal_number = 0;
-  while (sigwait(&stop_signals, &signal_number) != 0) {
-  }
+  const int signal_number = WaitForSignal(stop_signals);
   LOG_INFO("%s: shutting down (grace %s)", strsignal(signal_number),
            absl::FormatDuration(absl::GetFlag(FLAGS_shutdown_grace)));
 
   (*cache)->SetDraining(true);
-  set_serving(false);
+  SetServing(*server, false);
   DrainCalls(calls, *server, absl::GetFlag(FLAGS_shutdown_grace));
   maintenance.Stop();
   server.reset();

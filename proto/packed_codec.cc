@@ -562,6 +562,8 @@ std::string_view PackedLayout(int kind) {
   return kind > 0 && kind <= kMaxKind ? layouts[kind] : layouts[0];
 }
 
+// One pass over the columns with one cursor, every check beside the read it
+// guards: split, the cursor would be threaded through every piece.
 absl::Status ValidatePackedOperations(const v1::PackedOperations& packed) {
   const auto& args = packed.args();
   const auto& lengths = packed.request_id_lengths();

@@ -35,6 +35,8 @@ PoolSnapshot SlotPool::Dump() const {
   return snap;
 }
 
+// One list of invariants, each checked in turn; longer than most functions
+// because the list is the idea.
 absl::Status SlotPool::CheckInvariants() const {
   auto fail = [](auto&&... parts) {
     return absl::InternalError(absl::StrCat("invariant: ", parts...));
