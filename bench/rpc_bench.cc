@@ -115,6 +115,7 @@
 #include "daemon/metrics/metrics.h"
 #include "daemon/replay/trace.h"
 #include "daemon/service/state_cache.h"
+#include "proto/message_arena.h"
 #include "proto/packed_form.h"
 #include "proto/statecache/v1/statecache.grpc.pb.h"
 
@@ -941,7 +942,7 @@ Latency InProcessStepLatency(int ops, int n, bool wire = false,
     const v1::StepRequest req = sched.NextPass(packed);
     // Request and response on a per-call arena, as the daemon's
     // ArenaMessageAllocator gives them.
-    google::protobuf::Arena arena;
+    google::protobuf::Arena arena(MessageArenaOptions());
     auto* server_req =
         google::protobuf::Arena::CreateMessage<v1::StepRequest>(&arena);
     auto* resp =
@@ -1430,7 +1431,7 @@ void WireBreakdown(int ops, int n, bool packed) {
     const v1::StepRequest req = sched.NextPass(packed);
     // One write per line.
     for (size_t k = 0; k < evict_bytes; k += 64) ++other[k];
-    google::protobuf::Arena arena;
+    google::protobuf::Arena arena(MessageArenaOptions());
     auto* server_req =
         google::protobuf::Arena::CreateMessage<v1::StepRequest>(&arena);
     auto* resp =
