@@ -516,6 +516,9 @@ std::unique_ptr<grpc::Server> StartGrpcServer(
   return builder.BuildAndStart();
 }
 
+// The daemon's life in order: configure, listen, serve until a signal,
+// drain, stop. Each step is a named function above; what is left here is
+// their order and the objects they share, which reads best in one place.
 int Serve() {
   log::SetVerbosity(absl::GetFlag(FLAGS_v));
 
