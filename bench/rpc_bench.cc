@@ -974,14 +974,16 @@ Latency InProcessStepLatency(int ops, int n, bool wire = false,
 // The calls are recorded as a pool trace (shared/reference/TRACE_FORMAT.md)
 // by PoolCallRecorder: a pass writer (Scheduler::BuildPass's `Out`) that,
 // for each operation, makes on a SlotPool of its own the pool calls that
-// StateCache's Apply for that operation makes (daemon/service/
-// state_cache.cc), in the same order, with the same arguments and the same
-// short-circuits, and writes each call as a trace line. The results it needs
+// the pool's verb for that operation makes (daemon/core/slot_memory.cc, and
+// the pin clock in daemon/service/sessions.cc), in the same order, with the
+// same arguments and the same short-circuits, and writes each call as a
+// trace line. The results it needs
 // to go on (the slots popped, a checkpoint's new slot) come from running
 // each line through replay::Invoke, as statecache-replay would. The mapping,
 // for the operations these passes use:
 //
-//   begin_pass     release_pins (Apply's EndDeferral / ReleasePin per pin of
+//   begin_pass     release_pins (the clock's EndDeferral / ReleasePin per pin
+//   of
 //                  the session, in slot order, is release_pins when one
 //                  session holds every pin, as here)
 //   admit          num_free; resumable_hit(seq, kv_hit, hashes, false); on a
@@ -1240,10 +1242,11 @@ std::unique_ptr<RecordedPasses> RecordPasses(int ops, int warmup, int passes) {
     CheckStep(resp);
   }
   if (warmup != 50 || in.cache->DumpPool() != out->recorder.Dump()) {
-    std::fprintf(stderr,
-                 "rpc_bench: the recorded pool calls leave the pool otherwise "
-                 "than StateCache's Step of the same passes: the mirror in "
-                 "PoolCallRecorder no longer matches state_cache.cc\n");
+    std::fprintf(
+        stderr,
+        "rpc_bench: the recorded pool calls leave the pool otherwise "
+        "than StateCache's Step of the same passes: the mirror in "
+        "PoolCallRecorder no longer matches daemon/core/slot_memory.cc\n");
     std::exit(1);
   }
   return out;
