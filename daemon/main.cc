@@ -98,6 +98,13 @@ ABSL_FLAG(int32_t, num_spec, 0,
 ABSL_FLAG(absl::Duration, lease_ttl, absl::Seconds(10),
           "A session not heard from for this long is expired.");
 ABSL_FLAG(int32_t, max_ops_per_step, 4096, "Operations one Step may carry.");
+ABSL_FLAG(int64_t, max_slots_per_session, 0,
+          "Slots one session's requests may hold at once (slots and midstep "
+          "reservations); an admit or reserve past it is refused "
+          "RESOURCE_EXHAUSTED. 0 = no quota.");
+ABSL_FLAG(int32_t, max_sessions, 1024,
+          "Sessions attached at once; an Attach past it is refused "
+          "RESOURCE_EXHAUSTED. 0 = no cap.");
 ABSL_FLAG(int64_t, max_message_bytes, int64_t{16} << 20,
           "Largest gRPC message received or sent.");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(2),
@@ -189,6 +196,12 @@ absl::StatusOr<StateCacheOptions> OptionsFromFlags() {
   options.lease_ttl = absl::GetFlag(FLAGS_lease_ttl);
   if (options.lease_ttl <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--lease_ttl must be positive");
+  }
+  options.max_slots_per_session = absl::GetFlag(FLAGS_max_slots_per_session);
+  options.max_sessions = absl::GetFlag(FLAGS_max_sessions);
+  if (options.max_slots_per_session < 0 || options.max_sessions < 0) {
+    return absl::InvalidArgumentError(
+        "--max_slots_per_session and --max_sessions must be >= 0 (0: none)");
   }
   options.max_operations_per_step = absl::GetFlag(FLAGS_max_ops_per_step);
   if (options.max_operations_per_step < 1) {

@@ -28,6 +28,19 @@ absl::Span<const int64_t> Hashes(
   return absl::MakeConstSpan(hashes.data(), hashes.size());
 }
 
+// Refuses what would take the session past its slot quota.
+absl::Status CheckQuota(const OperationContext& c, int64_t more,
+                        const char* what) {
+  const int64_t quota = c.max_slots_per_session;
+  if (quota <= 0 || c.session.held_slots + more <= quota) {
+    return absl::OkStatus();
+  }
+  return absl::ResourceExhaustedError(absl::StrCat(
+      what, " needs ", more, " more slots; this session's requests hold ",
+      c.session.held_slots, " of its quota of ", quota,
+      " (--max_slots_per_session): release some first"));
+}
+
 void CountResume(OperationContext& c, const Admission& admitted,
                  int64_t wanted) {
   ServiceCounters& n = c.counters;
@@ -82,6 +95,9 @@ absl::Status Admit(OperationContext& c, absl::string_view id,
   if (c.draining) {
     return absl::UnavailableError("the daemon is draining: not admitting");
   }
+  if (op.width() >= 1 && op.width() <= c.memory.num_slots()) {
+    RETURN_IF_ERROR(CheckQuota(c, op.width(), "admit"));
+  }
   auto request = std::make_unique<Request>();
   const AdmitSpec spec{.width = op.width(),
                        .num_tokens = op.num_tokens(),
@@ -100,6 +116,7 @@ absl::Status Admit(OperationContext& c, absl::string_view id,
   result->set_fork_src(request->fork_src);
   result->set_blocks_resumed(static_cast<int32_t>(admitted.blocks_resumed));
   result->set_adopted(admitted.outcome == ResumeOutcome::kAdopt);
+  session.held_slots += static_cast<int64_t>(request->slots.size());
   session.recent = request.get();
   session.requests.emplace(request->id, std::move(request));
   return absl::OkStatus();
@@ -131,8 +148,12 @@ absl::Status Reserve(OperationContext& c, absl::string_view id,
   for (const v1::MidstepPosition& p : op.positions()) {
     positions.emplace_back(p.position(), p.hash());
   }
+  const auto superseded = static_cast<int64_t>(request->reservations.size());
+  RETURN_IF_ERROR(CheckQuota(
+      c, static_cast<int64_t>(positions.size()) - superseded, "reserve"));
   ASSIGN_OR_RETURN(absl::Span<const Reservation> reserved,
                    c.memory.Reserve(*request, positions));
+  c.session.held_slots += static_cast<int64_t>(reserved.size()) - superseded;
   for (const Reservation& r : reserved) {
     v1::Reservation* out = result->add_reservations();
     out->set_slot(r.slot);
@@ -147,6 +168,7 @@ absl::Status Publish(OperationContext& c, absl::string_view id,
   ASSIGN_OR_RETURN(Request * request, FindRequest(c.session, id));
   ASSIGN_OR_RETURN(int32_t published,
                    c.memory.Publish(*request, op.keep_all()));
+  c.session.held_slots -= published;
   result->set_published(published);
   return absl::OkStatus();
 }
@@ -155,6 +177,7 @@ absl::Status Cancel(OperationContext& c, absl::string_view id,
                     const v1::Cancel&, v1::CancelResult* result) {
   ASSIGN_OR_RETURN(Request * request, FindRequest(c.session, id));
   ASSIGN_OR_RETURN(int32_t cancelled, c.memory.Cancel(*request));
+  c.session.held_slots -= cancelled;
   result->set_cancelled(cancelled);
   return absl::OkStatus();
 }

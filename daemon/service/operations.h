@@ -47,6 +47,7 @@ struct OperationContext {
   uint64_t& next_request_seqno;
   const std::vector<ResumeObserver*>& resume_observers;
   bool draining = false;
+  int64_t max_slots_per_session = 0;  // 0: no quota
 };
 
 // One message of each operation kind and its result, which a packed Step's

@@ -91,6 +91,9 @@ struct Session {
     SortBySlot(out, scratch, [](const auto& p) { return p.first; });
   }
   std::vector<PendingMove> moves;
+  // Slots and reservations its requests hold (what the per-session quota
+  // counts), kept as they change; CheckInvariants recounts it.
+  int64_t held_slots = 0;
   // The request an operation last named: a pass names most requests twice
   // in a row (consume_fork, then checkpoint), so this spares the second
   // lookup. Null, or a request of this session.

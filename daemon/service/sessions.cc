@@ -147,7 +147,10 @@ absl::Status ReleaseRequest(SlotMemory& memory, Session& session,
   const int64_t src = request.fork_src;
   auto pin = src >= 0 ? session.pins.find(src) : session.pins.end();
   const bool reads = pin != session.pins.end();
+  const auto held =
+      static_cast<int64_t>(request.slots.size() + request.reservations.size());
   RETURN_IF_ERROR(memory.Release(request, /*drop_reader=*/reads));
+  session.held_slots -= held;
   if (reads) {
     pin->second.RemoveReader(&request);
     if (--pin->second.count == 0) session.pins.erase(pin);

@@ -71,6 +71,10 @@ absl::StatusOr<std::unique_ptr<StateCache>> StateCache::Create(
   if (options.max_operations_per_step < 1) {
     return absl::InvalidArgumentError("max_operations_per_step must be >= 1");
   }
+  if (options.max_slots_per_session < 0 || options.max_sessions < 0) {
+    return absl::InvalidArgumentError(
+        "max_slots_per_session and max_sessions must be >= 0 (0: no limit)");
+  }
   if (options.identity.num_spec() < 0) {
     return absl::InvalidArgumentError("num_spec must be >= 0");
   }
@@ -200,6 +204,13 @@ absl::Status StateCache::Attach(const v1::AttachRequest& request,
   if (draining_) {
     return absl::UnavailableError("the daemon is draining; attach elsewhere");
   }
+  if (options_.max_sessions > 0 &&
+      static_cast<int64_t>(sessions_.size()) >= options_.max_sessions) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the daemon holds ", sessions_.size(), " sessions, its limit (",
+        "--max_sessions=", options_.max_sessions,
+        "); detach one or wait for an idle one's lease to lapse"));
+  }
   Session& session = sessions_.Add(request.client_name(), clock_->Now());
   response->set_session_id(session.id);
   response->set_lease_ttl_ms(absl::ToInt64Milliseconds(options_.lease_ttl));
@@ -310,13 +321,15 @@ void StateCache::RunOperations(Session& session, const v1::StepRequest& request,
     response->mutable_results()->Reserve(n);
   }
   PackedResultWriter writer(packed_results);
-  OperationContext context{.memory = memory_,
-                           .session = session,
-                           .counters = counters_,
-                           .pins = pins_,
-                           .next_request_seqno = next_request_seqno_,
-                           .resume_observers = resume_observers_,
-                           .draining = draining_};
+  OperationContext context{
+      .memory = memory_,
+      .session = session,
+      .counters = counters_,
+      .pins = pins_,
+      .next_request_seqno = next_request_seqno_,
+      .resume_observers = resume_observers_,
+      .draining = draining_,
+      .max_slots_per_session = options_.max_slots_per_session};
   const bool timed = seconds_per_tick_ > 0;
   // One clock read per operation boundary: each operation's end is the next
   // one's start.

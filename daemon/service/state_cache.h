@@ -65,6 +65,12 @@ struct StateCacheOptions {
   StateTransfer transfer = StateTransfer::None();
   absl::Duration lease_ttl = absl::Seconds(10);
   int32_t max_operations_per_step = 4096;
+  // Slots one session's requests may hold at once (their slots and midstep
+  // reservations; the fork sources its clock pins are not counted: at most
+  // about one per request, for two passes). 0 = no quota.
+  int64_t max_slots_per_session = 0;
+  // Sessions attached at once; 0 = no cap.
+  int32_t max_sessions = 0;
   // Changes on every daemon start; 0 = NewEpoch(clock->Now()).
   uint64_t epoch = 0;
   Clock* clock = nullptr;  // nullptr = Clock::Real()
@@ -119,7 +125,8 @@ class StateCache {
   // ----------------------------------------------------------- scheduler
 
   // Errors: FAILED_PRECONDITION (identity mismatch, message names the
-  // field), INVALID_ARGUMENT (client_name too long), UNAVAILABLE (draining).
+  // field), INVALID_ARGUMENT (client_name too long), UNAVAILABLE (draining),
+  // RESOURCE_EXHAUSTED (max_sessions attached).
   absl::Status Attach(const v1::AttachRequest& request,
                       v1::AttachResponse* response) ABSL_LOCKS_EXCLUDED(mu_);
   // Errors: NOT_FOUND (unknown or expired session).

@@ -181,6 +181,16 @@ absl::Status StateCache::CheckInvariants() const {
         }
       }
     }
+    int64_t held = 0;
+    for (const auto& [rid, request] : session->requests) {
+      held += static_cast<int64_t>(request->slots.size() +
+                                   request->reservations.size());
+    }
+    if (held != session->held_slots) {
+      return absl::InternalError(
+          absl::StrCat("session ", id, " counts ", session->held_slots,
+                       " held slots; its requests hold ", held));
+    }
     for (const auto& [rid, request] : session->requests) {
       for (size_t i = 0; i < request->slots.size(); ++i) {
         const int64_t slot = request->slots[i];

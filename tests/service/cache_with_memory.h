@@ -18,11 +18,13 @@ namespace statecache {
 
 // A StateCache of `num_slots` slots (growable to `max_slots`) with host state
 // memory (so copy and snapshot run), fork transfer, a 10 s lease on `clock`
-// and at most `max_ops` operations per step. `prefix` names its shared
-// memory.
+// and at most `max_ops` operations per step, each session's requests
+// holding at most `max_slots_per_session` slots (0: no quota). `prefix`
+// names its shared memory.
 inline std::unique_ptr<StateCache> NewCacheWithMemory(
     const v1::Identity& identity, Clock* clock, const std::string& prefix,
-    int64_t num_slots, int64_t max_slots, int max_ops) {
+    int64_t num_slots, int64_t max_slots, int max_ops,
+    int64_t max_slots_per_session = 0) {
   HostDeviceOptions device_options;
   device_options.layout = *StateLayout::Create(
       prefix, {{"conv", {3, 8}, DType::kBF16}, {"ssm", {2, 4}, DType::kF32}},
@@ -42,6 +44,7 @@ inline std::unique_ptr<StateCache> NewCacheWithMemory(
   options.transfer = *StateTransfer::Create(TransferKind::kFork, 1, true);
   options.lease_ttl = absl::Seconds(10);
   options.max_operations_per_step = max_ops;
+  options.max_slots_per_session = max_slots_per_session;
   options.epoch = 9;
   options.clock = clock;
   options.device = std::move(*device);

@@ -6,7 +6,8 @@
 // client or an operator can see, nor the pool's whole dump (LRU order, hash
 // filings) or any session's requests and pins. The refusal tables
 // elsewhere test each rule once; this test looks for the interleavings nobody
-// wrote down.
+// wrote down. Each session's requests may hold at most kQuota slots, so
+// quota refusals mix in too (and the quota's count is among the invariants).
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
@@ -15,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/service/state_cache.h"
 #include "gtest/gtest.h"
@@ -28,6 +30,7 @@ namespace {
 constexpr int64_t kSlots = 12;
 constexpr int64_t kResizeLimit = 24;
 constexpr int kMaxOps = 8;
+constexpr int64_t kQuota = 6;
 
 v1::Identity Identity() { return TestIdentity("chaos/model"); }
 
@@ -35,7 +38,7 @@ TEST(StateCacheChaosTest, RandomRunKeepsInvariantsAndRefusalsChangeNothing) {
   FakeClock clock;
   std::unique_ptr<StateCache> cache =
       NewCacheWithMemory(Identity(), &clock, "statecache_chaos_test", kSlots,
-                         kResizeLimit, kMaxOps);
+                         kResizeLimit, kMaxOps, kQuota);
   ASSERT_NE(cache, nullptr);
 
   auto attach = [&](int i) {
@@ -60,6 +63,7 @@ TEST(StateCacheChaosTest, RandomRunKeepsInvariantsAndRefusalsChangeNothing) {
   // resizes whose deadline ran out.
   int64_t steps = 0, refused_checked = 0, grows = 0, shrinks = 0;
   int64_t leases_lapsed = 0;
+  int64_t quota_refusals = 0;  // operations refused for the session quota
   // Shared: a resize still pending when the test ends is answered by
   // ~StateCache, after this scope's locals are gone.
   auto resize_deadlines = std::make_shared<int64_t>(0);
@@ -119,6 +123,10 @@ TEST(StateCacheChaosTest, RandomRunKeepsInvariantsAndRefusalsChangeNothing) {
       ++steps;
       if (status.ok()) {
         ASSERT_EQ(resp.results_size(), ops) << req.ShortDebugString();
+        for (const v1::OperationResult& r : resp.results()) {
+          quota_refusals +=
+              absl::StrContains(r.message(), "max_slots_per_session");
+        }
       }
       const bool refused =
           !status.ok() || (ops == 1 && resp.results(0).code() != 0);
@@ -149,12 +157,14 @@ TEST(StateCacheChaosTest, RandomRunKeepsInvariantsAndRefusalsChangeNothing) {
   EXPECT_GT(shrinks, 200);
   EXPECT_GT(leases_lapsed, 200);
   EXPECT_GT(*resize_deadlines, 5);
+  EXPECT_GT(quota_refusals, 50);
   const v1::GetStatsResponse end = stats();
   EXPECT_GT(end.checkpoints_kept(), 100) << end.ShortDebugString();
   EXPECT_GT(end.resumes_fork(), 10) << end.ShortDebugString();
   RecordProperty("steps", static_cast<int>(steps));
   RecordProperty("refusals_checked", static_cast<int>(refused_checked));
   RecordProperty("grows", static_cast<int>(grows));
+  RecordProperty("quota_refusals", static_cast<int>(quota_refusals));
   RecordProperty("shrinks", static_cast<int>(shrinks));
   RecordProperty("leases_lapsed", static_cast<int>(leases_lapsed));
   RecordProperty("resize_deadlines", static_cast<int>(*resize_deadlines));

@@ -3,6 +3,7 @@
 #include "daemon/service/state_cache.h"
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <random>
 #include <string>
@@ -30,7 +31,8 @@ v1::Identity TestIdentity() {
 struct Fixture {
   explicit Fixture(int64_t num_slots = 8,
                    StateTransfer transfer =
-                       *StateTransfer::Create(TransferKind::kFork, 1, true)) {
+                       *StateTransfer::Create(TransferKind::kFork, 1, true),
+                   const std::function<void(StateCacheOptions&)>& tweak = {}) {
     StateCacheOptions options;
     options.identity = TestIdentity();
     options.num_slots = num_slots;
@@ -40,6 +42,7 @@ struct Fixture {
     options.max_operations_per_step = 64;
     options.epoch = 42;
     options.clock = &clock;
+    if (tweak) tweak(options);
     cache = *StateCache::Create(options);
   }
 
@@ -657,6 +660,93 @@ constexpr int kInvalidArgument =
 
 // "a request_id is 1..256 bytes": 256 is admitted, 257 and 0 are refused
 // with a message naming the limit, and nothing changed.
+// ------------------------------------------------------------------ limits
+
+Fixture WithLimits(int64_t num_slots, int64_t max_slots_per_session,
+                   int32_t max_sessions) {
+  return Fixture(num_slots,
+                 *StateTransfer::Create(TransferKind::kFork, 1, true),
+                 [&](StateCacheOptions& o) {
+                   o.max_slots_per_session = max_slots_per_session;
+                   o.max_sessions = max_sessions;
+                 });
+}
+
+TEST(LimitsTest, AnAdmitPastTheSessionsQuotaIsRefusedAndChangesNothing) {
+  Fixture f = WithLimits(16, 4, 0);
+  const std::string s = f.Attach("greedy");
+  const std::string other = f.Attach("other");
+  RunStep(*f.cache, StepBuilder(s).Admit("a", 3, 10, {}, 0));
+  const std::string before = f.cache->DebugDump();
+  v1::StepResponse r =
+      RunStep(*f.cache, StepBuilder(s).Admit("b", 2, 10, {}, 0));
+  EXPECT_EQ(r.results(0).code(),
+            static_cast<int>(absl::StatusCode::kResourceExhausted));
+  EXPECT_NE(r.results(0).message().find("--max_slots_per_session"),
+            std::string::npos)
+      << r.results(0).message();
+  EXPECT_NE(r.results(0).message().find("quota of 4"), std::string::npos);
+  EXPECT_EQ(f.cache->DebugDump(), before);
+  // Up to the quota is fine, and another session is not starved by it.
+  r = RunStep(*f.cache, StepBuilder(s).Admit("b", 1, 10, {}, 0));
+  EXPECT_EQ(r.results(0).code(), 0);
+  r = RunStep(*f.cache, StepBuilder(other).Admit("x", 4, 10, {}, 0));
+  EXPECT_EQ(r.results(0).code(), 0) << r.results(0).message();
+  // A release gives the quota back.
+  r = RunStep(*f.cache, StepBuilder(s).Release("a").Admit("c", 3, 10, {}, 0));
+  EXPECT_EQ(r.results(1).code(), 0) << r.results(1).message();
+  EXPECT_TRUE(f.cache->CheckInvariants().ok()) << f.cache->CheckInvariants();
+}
+
+TEST(LimitsTest, ReservationsCountAgainstTheQuotaUntilPublished) {
+  Fixture f = WithLimits(16, 3, 0);
+  const std::string s = f.Attach();
+  RunStep(*f.cache, StepBuilder(s).Admit("a", 1, 300, {1, 2, 3, 4}, 0, 256));
+  v1::StepResponse r = RunStep(
+      *f.cache, StepBuilder(s).Reserve("a", {{64, 1}, {128, 2}, {192, 3}}));
+  EXPECT_EQ(r.results(0).code(),
+            static_cast<int>(absl::StatusCode::kResourceExhausted));
+  r = RunStep(*f.cache, StepBuilder(s).Reserve("a", {{64, 1}, {128, 2}}));
+  ASSERT_EQ(r.results(0).code(), 0);
+  // A superseding reserve is judged net of what it supersedes.
+  r = RunStep(*f.cache, StepBuilder(s).Reserve("a", {{64, 1}, {192, 3}}));
+  EXPECT_EQ(r.results(0).code(), 0) << r.results(0).message();
+  r = RunStep(*f.cache, StepBuilder(s).Admit("b", 1, 10, {}, 0));
+  EXPECT_EQ(r.results(0).code(),
+            static_cast<int>(absl::StatusCode::kResourceExhausted));
+  // Published checkpoints belong to the pool, not the session.
+  r = RunStep(*f.cache, StepBuilder(s).Publish("a").Admit("b", 2, 10, {}, 0));
+  EXPECT_EQ(r.results(1).code(), 0) << r.results(1).message();
+  EXPECT_TRUE(f.cache->CheckInvariants().ok()) << f.cache->CheckInvariants();
+}
+
+TEST(LimitsTest, AttachPastMaxSessionsIsRefusedUntilOneDetaches) {
+  Fixture f = WithLimits(8, 0, 2);
+  const std::string one = f.Attach("one");
+  f.Attach("two");
+  v1::AttachRequest req;
+  *req.mutable_identity() = TestIdentity();
+  v1::AttachResponse resp;
+  const absl::Status refused = f.cache->Attach(req, &resp);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(refused.message().find("--max_sessions=2"), std::string::npos)
+      << refused;
+  v1::DetachRequest detach;
+  detach.set_session_id(one);
+  v1::DetachResponse detached;
+  ASSERT_TRUE(f.cache->Detach(detach, &detached).ok());
+  EXPECT_TRUE(f.cache->Attach(req, &resp).ok());
+}
+
+TEST(LimitsTest, NegativeLimitsAreRefusedAtCreate) {
+  StateCacheOptions options;
+  options.identity = TestIdentity();
+  options.num_slots = 8;
+  options.max_slots_per_session = -1;
+  EXPECT_EQ(StateCache::Create(options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(ProtoContractTest, AdmitRefusesARequestIdOver256Bytes) {
   Fixture f;
   const std::string s = f.Attach();

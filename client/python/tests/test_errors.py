@@ -225,3 +225,24 @@ def test_errors_pickle_and_print():
     assert str(statecache.NotFound("gone")) == "NOT_FOUND: gone"
     assert pickle.loads(pickle.dumps(
         statecache.EpochChanged("r", 1, 2))).new_epoch == 2
+
+
+def test_session_cap_and_slot_quota_are_resource_exhausted(start_daemon):
+    daemon = start_daemon("--max_sessions=2", "--max_slots_per_session=3")
+    with statecache.Client.connect(daemon.address) as client, \
+            attach(client) as first, attach(client) as second:
+        with pytest.raises(statecache.ResourceExhausted) as e:
+            attach(client)
+        assert "--max_sessions=2" in e.value.message
+        # The quota: one session cannot take the pool from the other.
+        wide, = first.step().admit("wide", width=4, num_tokens=5).send()
+        with pytest.raises(statecache.ResourceExhausted) as e:
+            wide.check()
+        assert "--max_slots_per_session" in e.value.message
+        fits, = first.step().admit("fits", width=3, num_tokens=5).send()
+        assert fits.ok
+        theirs, = second.step().admit("theirs", width=3, num_tokens=5).send()
+        assert theirs.ok
+    # Detached: room for a new session again.
+    with statecache.Client.connect(daemon.address) as client:
+        attach(client).close()
