@@ -1,8 +1,12 @@
-// statecached's command line, as an operator's script meets it: a flag it
-// does not know, or a value its flag cannot parse, is a configuration error
-// (exit 2, one line naming the flag) before anything starts; --help lists
-// the daemon's flags under its own name, not the path of the tree it was
-// built in.
+// statecached's command line and start-up checks, as an operator's script
+// meets them: a flag it does not know, or a value its flag cannot parse, is
+// a configuration error (exit 2, one line naming the flag) before anything
+// starts; --help lists the daemon's flags under its own name, not the path
+// of the tree it was built in; a socket directory another user controls is
+// refused (exit 1) rather than served from.
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <string>
 #include <vector>
 
@@ -64,6 +68,31 @@ TEST(CommandLineTest, HelpListsTheDaemonsFlagsUnderItsName) {
   EXPECT_TRUE(absl::StrContains(help, "--max_slots_per_session")) << help;
   EXPECT_FALSE(absl::StrContains(help, "daemon/main.cc")) << help;
   EXPECT_FALSE(absl::StrContains(help, STATECACHE_SOURCE_DIR)) << help;
+}
+
+TEST(StartupTest, ASocketDirectoryOthersCanWriteIsRefused) {
+  absl::StatusOr<TempDir> dir = TempDir::Create();
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  const std::string listen = "--listen=unix:" + dir->path() + "/s.sock";
+  ASSERT_EQ(::chmod(dir->path().c_str(), 0777), 0);
+  CommandResult r = RunDaemon({listen, "--metrics_address="});
+  EXPECT_EQ(r.exit.code, 1) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.err, "writable by others")) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.err, dir->path())) << r.err;
+  if (::geteuid() == 0) {
+    // Another user's directory, however private, is theirs to tamper with.
+    ASSERT_EQ(::chmod(dir->path().c_str(), 0700), 0);
+    ASSERT_EQ(::chown(dir->path().c_str(), 65534, 65534), 0);
+    r = RunDaemon({listen, "--metrics_address="});
+    EXPECT_EQ(r.exit.code, 1) << r.err;
+    EXPECT_TRUE(absl::StrContains(r.err, "belongs to uid 65534")) << r.err;
+    ASSERT_EQ(::chown(dir->path().c_str(), 0, 0), 0);
+  }
+  // Sticky, like /tmp: others cannot replace what is ours, so it serves.
+  ASSERT_EQ(::chmod(dir->path().c_str(), 01777), 0);
+  absl::StatusOr<std::unique_ptr<DaemonProcess>> daemon =
+      DaemonProcess::Start({}, dir->path());
+  EXPECT_TRUE(daemon.ok()) << daemon.status();
 }
 
 }  // namespace
