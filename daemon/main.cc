@@ -136,8 +136,10 @@ ABSL_FLAG(std::string, device_backend, "host",
           "/ gpu when built with a GPU flavour. GPU regions are reserved for "
           "--max_slots at start and cannot grow past it.");
 ABSL_FLAG(int, device, 0, "GPU ordinal for the hip/cuda backends.");
-ABSL_FLAG(std::string, shm_mode, "0600",
-          "Mode of the host backend's shared-memory object (octal).");
+ABSL_FLAG(std::string, shm_mode, "0660",
+          "Mode of the host backend's shared-memory object (octal). The "
+          "default opens it to the socket's group, as the socket (0660) is: "
+          "engines join through that group.");
 ABSL_FLAG(int, copy_threads, 4, "Host backend: threads of the copy engine.");
 ABSL_FLAG(std::string, metrics_address, "127.0.0.1:9400",
           "host:port serving Prometheus metrics at /metrics (port 0 picks "
@@ -238,7 +240,7 @@ absl::StatusOr<StateCacheOptions> OptionsFromFlags() {
     if (std::sscanf(absl::GetFlag(FLAGS_shm_mode).c_str(), "%o%c", &mode,
                     &trailing) != 1 ||
         mode > 0777) {
-      return absl::InvalidArgumentError("--shm_mode must be octal, e.g. 0600");
+      return absl::InvalidArgumentError("--shm_mode must be octal, e.g. 0660");
     }
     device.shm_mode = static_cast<mode_t>(mode);
     if (device.backend == "host") {

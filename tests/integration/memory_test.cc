@@ -135,6 +135,18 @@ class MemoryTest : public ::testing::Test {
   std::optional<HostRegion> mapped_;
 };
 
+TEST_F(MemoryTest, TheRegionIsOpenToTheSocketsGroupByDefault) {
+  // Engines join through the socket's group (mode 0660, as deploy/ sets
+  // up), so the region they map must be open to that group too.
+  struct stat socket_st {};
+  struct stat region_st {};
+  ASSERT_EQ(::stat(("/dev/shm" + region_.handle).c_str(), &region_st), 0);
+  ASSERT_EQ(::stat(daemon_->socket_path().c_str(), &socket_st), 0);
+  EXPECT_EQ(region_st.st_mode & 0777, 0660u);
+  EXPECT_EQ(socket_st.st_mode & 0777, 0660u);
+  EXPECT_EQ(region_st.st_gid, socket_st.st_gid);
+}
+
 TEST_F(MemoryTest, CheckpointThenResumeReadsTheCheckpointedBytes) {
   const std::vector<int64_t> turn1 = {1001, 1002};
   auto r = Step({BeginPass(), Admit("a", 1, turn1, 0)});
