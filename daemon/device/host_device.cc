@@ -1,6 +1,7 @@
 #include "daemon/device/host_device.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -13,8 +14,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "daemon/common/status_macros.h"
-#include "daemon/device/shm_name.h"
 #include "daemon/common/string_view_compat.h"
+#include "daemon/device/shm_name.h"
 
 namespace statecache {
 namespace {
@@ -107,6 +108,11 @@ absl::StatusOr<std::unique_ptr<HostDevice>> HostDevice::Create(
   // The destructor unlinks from here on, whatever fails below.
   if (fchmod(device->fd_, o.mode) != 0) {
     return ErrnoError("fchmod", errno);
+  }
+  // The owner lock: held for the daemon's life, it tells another daemon's
+  // stale-object cleanup (see shm_name.h) that this object is live.
+  if (flock(device->fd_, LOCK_EX | LOCK_NB) != 0) {
+    return ErrnoError("flock", errno);
   }
   if (!slot_major) {
     // Laid out once for the capacity: size it whole (sparse), commit the

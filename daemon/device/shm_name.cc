@@ -3,7 +3,9 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -37,6 +39,24 @@ uint64_t ProcessStartTime(pid_t pid) {
   uint64_t start = 0;
   if (fields.size() < 20 || !absl::SimpleAtoi(fields[19], &start)) return 0;
   return start;
+}
+
+// Whether the object at `path` is still held by the daemon that made it:
+// that daemon keeps an exclusive flock on it for as long as it runs (the
+// kernel drops it when the process dies, however it dies). Unlike a pid, a
+// lock means the same thing in every pid namespace that shares the mount
+// (one container per GPU, each daemon pid 1, hostIPC). An object that is not
+// this user's, or that cannot be opened, counts as held: it is not ours to
+// remove.
+bool HeldByItsOwner(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return true;
+  struct stat st {};
+  bool held = fstat(fd, &st) != 0 || st.st_uid != geteuid();
+  // Taking the lock proves nobody holds it; closing the fd gives it back.
+  if (!held) held = flock(fd, LOCK_EX | LOCK_NB) != 0;
+  close(fd);
+  return held;
 }
 
 }  // namespace
@@ -116,6 +136,9 @@ absl::StatusOr<std::vector<std::string>> CleanupStaleShm(
     const std::string name = entry->d_name;
     const std::optional<ShmName> parsed = ParseShmName(name, prefix);
     if (!parsed.has_value() || ShmOwnerAlive(parsed->owner)) continue;
+    // The pid may name a process of another pid namespace: the owner's
+    // lock decides.
+    if (HeldByItsOwner(shm_dir + "/" + name)) continue;
     // shm_unlink resolves names under /dev/shm; a test directory elsewhere
     // is cleaned with unlink.
     const int rc = shm_dir == "/dev/shm"

@@ -6,7 +6,9 @@
 // pid and the process start time (field 22 of /proc/<pid>/stat, clock ticks
 // since boot). The start time makes the owner check immune to pid reuse: an
 // object is stale when no process with that pid exists, or the process with
-// that pid started at another time.
+// that pid started at another time, and its owner lock is free: the daemon
+// holds an exclusive flock on its object while it runs (pids mean nothing
+// across pid namespaces that share /dev/shm; the lock does).
 //
 // Thread-safe: pure functions, plus CleanupStaleShm's directory scan.
 #ifndef STATECACHE_DAEMON_DEVICE_SHM_NAME_H_

@@ -1,6 +1,7 @@
 // Shared-memory names and the cleanup of objects whose daemon died.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -98,6 +99,44 @@ TEST(ShmCleanupTest, RemovesOnlyObjectsOfDeadOwners) {
   }
   EXPECT_EQ(CleanupStaleShm("bad-prefix").status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// One container per GPU, each daemon pid 1, /dev/shm shared (hostIPC): the
+// other daemon's object names a pid that, here, is a different process. Its
+// owner lock is what keeps it: held, it stays; free, it goes.
+TEST(ShmCleanupTest, AnObjectWhoseOwnerHoldsItsLockStaysWhateverItsPidSays) {
+  const std::string prefix = absl::StrCat("scnamespace", getpid());
+  const ShmOwner me = CurrentShmOwner();
+  // By pid alone this owner is dead (our pid, another start time).
+  const std::string name =
+      FormatShmName(prefix, 1, {me.pid, me.start_time + 9}).substr(1);
+  MakeObject(name);
+  const int held = open(("/dev/shm/" + name).c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(held, 0);
+  ASSERT_EQ(flock(held, LOCK_EX | LOCK_NB), 0);
+  absl::StatusOr<std::vector<std::string>> removed = CleanupStaleShm(prefix);
+  ASSERT_TRUE(removed.ok()) << removed.status();
+  EXPECT_THAT(*removed, Not(Contains(name)));
+  EXPECT_TRUE(Exists(name));
+  close(held);  // the owner is gone
+  removed = CleanupStaleShm(prefix);
+  ASSERT_TRUE(removed.ok()) << removed.status();
+  EXPECT_THAT(*removed, UnorderedElementsAre(name));
+  EXPECT_FALSE(Exists(name));
+}
+
+// A live daemon's own object carries its lock: a HostDevice holds it.
+TEST(ShmCleanupTest, AHostDeviceHoldsItsObjectsOwnerLock) {
+  const std::string prefix = absl::StrCat("sclock", getpid());
+  testing::ProbeProcess probe(STATECACHE_REGION_PROBE);
+  const std::string reply = probe.Ask(absl::StrCat("create ", prefix, " 3"));
+  ASSERT_THAT(reply, ::testing::StartsWith("ok /" + prefix + "-3-"));
+  const int fd =
+      open(("/dev/shm/" + reply.substr(4)).c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  EXPECT_NE(flock(fd, LOCK_EX | LOCK_NB), 0);
+  EXPECT_EQ(errno, EWOULDBLOCK);
+  close(fd);
 }
 
 // The real crash: a process that created a HostDevice is SIGKILLed, and the
