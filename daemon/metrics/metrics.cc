@@ -375,12 +375,23 @@ Metrics::Metrics(StateCache* cache, Options options)
                       .Add({});
 }
 
+// HTTP workers of the exporter, and how long one request may take to
+// arrive and be answered.
+constexpr int kScrapeWorkers = 4;
+constexpr absl::Duration kScrapeTimeout = absl::Seconds(5);
+
 // The exposer first: no scrape may run while the rest goes.
 Metrics::~Metrics() { exposer_.reset(); }
 
 absl::Status Metrics::Serve(const std::string& address) {
   try {
-    exposer_ = std::make_unique<prometheus::Exposer>(address, 1);
+    // Several workers and a deadline per request, so an idle or slow
+    // scraper (a half-sent request, a stalled reader) holds up one worker
+    // for a bounded time rather than every scrape.
+    exposer_ = std::make_unique<prometheus::Exposer>(std::vector<std::string>{
+        "listening_ports", address, "num_threads",
+        std::to_string(kScrapeWorkers), "request_timeout_ms",
+        std::to_string(absl::ToInt64Milliseconds(kScrapeTimeout))});
   } catch (const std::exception& e) {
     return absl::UnavailableError(
         absl::StrCat("metrics: cannot listen on ", address, ": ", e.what()));

@@ -21,7 +21,9 @@ import re
 import shutil
 import signal
 import subprocess
+import socket
 import tempfile
+import time
 import unittest
 import urllib.parse
 
@@ -43,6 +45,31 @@ class ScrapeTest(unittest.TestCase):
         status, output = harness.promtool_check_metrics(text)
         self.assertEqual(output, "", "promtool check metrics (%s) said:\n%s" % (when, output))
         self.assertEqual(status, 0, "promtool check metrics (%s) exited %d" % (when, status))
+
+    def test_idle_and_half_sent_requests_do_not_block_a_scrape(self):
+        # A scraper that connects and says nothing, and one that sends half
+        # a request and stalls: each holds a worker at most until the
+        # request deadline, and a real scrape meanwhile is answered.
+        idle = socket.create_connection(("127.0.0.1", self.daemon.metrics_port))
+        half = socket.create_connection(("127.0.0.1", self.daemon.metrics_port))
+        try:
+            half.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+            started = time.monotonic()
+            text = self.daemon.scrape()  # urllib's own 5 s timeout
+            self.assertIn("statecache_sessions", text)
+            self.assertLess(time.monotonic() - started, 2.0,
+                            "a scrape waited behind the stalled requests")
+            # The stalled request is dropped at its deadline, not kept
+            # forever: the daemon closes it (recv sees EOF or a reset).
+            half.settimeout(20)
+            try:
+                while half.recv(4096):
+                    pass
+            except ConnectionResetError:
+                pass
+        finally:
+            idle.close()
+            half.close()
 
     def test_promtool_is_silent_on_a_live_scrape(self):
         text = self.daemon.scrape()
