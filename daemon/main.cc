@@ -105,6 +105,12 @@ ABSL_FLAG(int64_t, max_slots_per_session, 0,
           "Slots one session's requests may hold at once (slots and midstep "
           "reservations); an admit or reserve past it is refused "
           "RESOURCE_EXHAUSTED. 0 = no quota.");
+ABSL_FLAG(std::string, quarantine, "lease_ttl",
+          "How long the slots of a session whose lease lapsed, or that an "
+          "operator evicted, are fenced before anyone else gets them (its "
+          "hung engine's forward may still be writing them): a duration "
+          "(\"30s\"), or \"lease_ttl\" for one lease TTL. 0 releases them at "
+          "once.");
 ABSL_FLAG(int32_t, max_sessions, 1024,
           "Sessions attached at once; an Attach past it is refused "
           "RESOURCE_EXHAUSTED. 0 = no cap.");
@@ -201,6 +207,15 @@ absl::StatusOr<StateCacheOptions> OptionsFromFlags() {
   options.lease_ttl = absl::GetFlag(FLAGS_lease_ttl);
   if (options.lease_ttl <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--lease_ttl must be positive");
+  }
+  const std::string quarantine = absl::GetFlag(FLAGS_quarantine);
+  if (quarantine == "lease_ttl") {
+    options.quarantine = options.lease_ttl;
+  } else if (!absl::ParseDuration(quarantine, &options.quarantine) ||
+             options.quarantine < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--quarantine must be a duration >= 0 or \"lease_ttl\", got \"",
+        quarantine, "\""));
   }
   options.max_slots_per_session = absl::GetFlag(FLAGS_max_slots_per_session);
   options.max_sessions = absl::GetFlag(FLAGS_max_sessions);

@@ -280,6 +280,13 @@ absl::Status SlotMemory::Release(SlotHolding& holding, bool drop_reader) {
   return absl::OkStatus();
 }
 
+absl::Status SlotMemory::DropForkSource(SlotHolding& holding) {
+  if (holding.fork_src < 0) return absl::OkStatus();
+  RETURN_IF_ERROR(pool_.DropReader(holding.fork_src));
+  holding.fork_src = -1;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<int64_t> SlotMemory::ResumableHit(
     int64_t num_tokens, int32_t kv_hit_blocks, absl::Span<const int64_t> hashes,
     bool assume_checkpointed) const {

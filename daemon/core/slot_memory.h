@@ -199,6 +199,12 @@ class SlotMemory {
   // Leaves the holding empty.
   absl::Status Release(SlotHolding& holding, bool drop_reader);
 
+  // The holder will not read its fork source after all (its session ended
+  // while its slots stay held): its pin on fork_src goes, freeing the slot
+  // if it was the last, and fork_src becomes -1. No-op without one.
+  // REQUIRES: the caller's clock held that pin.
+  absl::Status DropForkSource(SlotHolding& holding);
+
   // Copies the committed slot into a fresh one filed under `hash` at
   // `position` (reserve, copy, publish: the midstep rules apply).
   // Errors: FAILED_PRECONDITION no state memory, or the transfer does not

@@ -46,6 +46,8 @@ bool PendingShrink::Advance(SlotMemory& memory,
   for (const Relocation& r : moved_) {
     // Every holding the daemon gives SlotMemory is a Request.
     Request& request = *static_cast<Request*>(r.holding);
+    // A fenced request (its session gone) has nobody to tell.
+    if (request.session == nullptr) continue;
     request.session->moves.push_back(
         PendingMove{request.id, r.index, r.from, r.to});
   }

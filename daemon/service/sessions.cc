@@ -158,8 +158,11 @@ absl::Status ReleaseRequest(SlotMemory& memory, Session& session,
   return absl::OkStatus();
 }
 
-absl::StatusOr<int32_t> ReleaseSession(SlotMemory& memory, Session& session,
-                                       PinScratch& scratch) {
+namespace {
+
+// The session's requests in admission order, so what the pool files (and its
+// LRU order) does not depend on hash-map order.
+std::vector<Request*> InAdmissionOrder(Session& session) {
   std::vector<Request*> requests;
   requests.reserve(session.requests.size());
   for (auto& [id, request] : session.requests) {
@@ -168,6 +171,29 @@ absl::StatusOr<int32_t> ReleaseSession(SlotMemory& memory, Session& session,
   std::sort(
       requests.begin(), requests.end(),
       [](const Request* a, const Request* b) { return a->seqno < b->seqno; });
+  return requests;
+}
+
+// Returns the pins the session's clock still holds, in slot order, and
+// forgets them; the first failure is reported after all went back.
+absl::Status ReturnAllPins(SlotMemory& memory, Session& session,
+                           PinScratch& scratch) {
+  absl::Status status;
+  session.SortedPins(scratch.sorted, scratch.sort);
+  for (const auto& [slot, pin] : scratch.sorted) {
+    absl::Status st = memory.ReturnPins(slot, pin->count);
+    if (status.ok()) status = st;
+  }
+  scratch.sorted.clear();
+  session.pins.clear();
+  return status;
+}
+
+}  // namespace
+
+absl::StatusOr<int32_t> ReleaseSession(SlotMemory& memory, Session& session,
+                                       PinScratch& scratch) {
+  const std::vector<Request*> requests = InAdmissionOrder(session);
   // Every step runs even after a failure, so the session gives back all it
   // can; the first failure is reported.
   absl::Status status;
@@ -178,15 +204,38 @@ absl::StatusOr<int32_t> ReleaseSession(SlotMemory& memory, Session& session,
   const auto released = static_cast<int32_t>(requests.size());
   session.requests.clear();
   session.recent = nullptr;
-  session.SortedPins(scratch.sorted, scratch.sort);
-  for (const auto& [slot, pin] : scratch.sorted) {
-    absl::Status st = memory.ReturnPins(slot, pin->count);
-    if (status.ok()) status = st;
-  }
-  scratch.sorted.clear();
-  session.pins.clear();
+  absl::Status pins = ReturnAllPins(memory, session, scratch);
+  if (status.ok()) status = pins;
   RETURN_IF_ERROR(status);
   return released;
+}
+
+absl::StatusOr<std::vector<std::unique_ptr<Request>>> FenceSession(
+    SlotMemory& memory, Session& session, PinScratch& scratch) {
+  absl::Status status;
+  std::vector<std::unique_ptr<Request>> fenced;
+  for (Request* request : InAdmissionOrder(session)) {
+    // Its read of a fork source is over: the pin goes now, with the rest.
+    auto pin = request->fork_src >= 0 ? session.pins.find(request->fork_src)
+                                      : session.pins.end();
+    if (pin != session.pins.end()) {
+      absl::Status st = memory.DropForkSource(*request);
+      if (status.ok()) status = st;
+      pin->second.RemoveReader(request);
+      if (--pin->second.count == 0) session.pins.erase(pin);
+    }
+    request->fork_src = -1;
+    request->session = nullptr;
+    auto node = session.requests.extract(request->id);
+    fenced.push_back(std::move(node.mapped()));
+  }
+  session.requests.clear();
+  session.recent = nullptr;
+  session.held_slots = 0;
+  absl::Status pins = ReturnAllPins(memory, session, scratch);
+  if (status.ok()) status = pins;
+  RETURN_IF_ERROR(status);
+  return fenced;
 }
 
 absl::StatusOr<Request*> FindRequest(Session& session, absl::string_view id) {

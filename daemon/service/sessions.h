@@ -89,6 +89,15 @@ absl::Status ReleaseRequest(SlotMemory& memory, Session& session,
 absl::StatusOr<int32_t> ReleaseSession(SlotMemory& memory, Session& session,
                                        PinScratch& scratch);
 
+// Fences what the session holds, for a session whose engine may still be
+// writing: its pins go back as ReleaseSession returns them (a read that
+// lands late harms nobody), but its requests keep their slots and
+// reservations and are moved out, in admission order, for the caller to
+// release after the fence (their `session` is null from here). The session
+// is left empty.
+absl::StatusOr<std::vector<std::unique_ptr<Request>>> FenceSession(
+    SlotMemory& memory, Session& session, PinScratch& scratch);
+
 // The session's request `id`.
 // Errors: NOT_FOUND naming it.
 absl::StatusOr<Request*> FindRequest(Session& session, absl::string_view id);

@@ -71,6 +71,9 @@ absl::StatusOr<std::unique_ptr<StateCache>> StateCache::Create(
   if (options.max_operations_per_step < 1) {
     return absl::InvalidArgumentError("max_operations_per_step must be >= 1");
   }
+  if (options.quarantine < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("quarantine must be >= 0");
+  }
   if (options.max_slots_per_session < 0 || options.max_sessions < 0) {
     return absl::InvalidArgumentError(
         "max_slots_per_session and max_sessions must be >= 0 (0: no limit)");
@@ -148,7 +151,24 @@ absl::StatusOr<int32_t> StateCache::EndSession(const std::string& id,
   if (session == nullptr) return 0;
   // The session's id and name outlive it for the observers and the table.
   const std::string session_id = session->id;
-  absl::StatusOr<int32_t> released = ReleaseSession(memory_, *session, pins_);
+  absl::StatusOr<int32_t> released;
+  if (how != SessionEnd::kDetached &&
+      options_.quarantine > absl::ZeroDuration()) {
+    // Its engine may still be writing: fence its slots (see ReleaseFenced).
+    absl::StatusOr<std::vector<std::unique_ptr<Request>>> fenced =
+        FenceSession(memory_, *session, pins_);
+    if (fenced.ok()) {
+      released = static_cast<int32_t>(fenced->size());
+      const absl::Time until = clock_->Now() + options_.quarantine;
+      for (std::unique_ptr<Request>& request : *fenced) {
+        fenced_.push_back(Fenced{until, std::move(request)});
+      }
+    } else {
+      released = fenced.status();
+    }
+  } else {
+    released = ReleaseSession(memory_, *session, pins_);
+  }
   for (StateCacheObserver* o : observers_) {
     o->OnSessionEnded(session_id, session->client_name, how,
                       released.ok() ? *released : 0);
@@ -447,6 +467,21 @@ std::function<void()> StateCache::AdvanceResize() {
 
 // ------------------------------------------------------------------ upkeep
 
+void StateCache::ReleaseFenced(absl::Time now) {
+  size_t n = 0;
+  while (n < fenced_.size() && fenced_[n].until <= now) {
+    // Its pins went when it was fenced; only slots and reservations remain.
+    if (absl::Status st =
+            memory_.Release(*fenced_[n].request, /*drop_reader=*/false);
+        !st.ok()) {
+      LOG_ERROR("releasing fenced request %s: %s", fenced_[n].request->id,
+                st.ToString());
+    }
+    ++n;
+  }
+  fenced_.erase(fenced_.begin(), fenced_.begin() + n);
+}
+
 std::vector<std::function<void()>> StateCache::TickLocked() {
   std::vector<std::function<void()>> done;
   const absl::Time now = clock_->Now();
@@ -459,6 +494,7 @@ std::vector<std::function<void()>> StateCache::TickLocked() {
       LOG_ERROR("ending lapsed session %s: %s", id, st.ToString());
     }
   }
+  ReleaseFenced(now);
   if (resize_) {
     if (std::function<void()> finished = AdvanceResize()) {
       done.push_back(std::move(finished));
@@ -489,6 +525,7 @@ void StateCache::Tick() {
 absl::Time StateCache::NextDeadline() const {
   absl::MutexLock lock(&mu_);
   absl::Time next = sessions_.NextLapse(options_.lease_ttl);
+  if (!fenced_.empty()) next = std::min(next, fenced_.front().until);
   if (resize_) next = std::min(next, resize_->deadline());
   return next;
 }

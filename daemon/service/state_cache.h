@@ -71,6 +71,10 @@ struct StateCacheOptions {
   int64_t max_slots_per_session = 0;
   // Sessions attached at once; 0 = no cap.
   int32_t max_sessions = 0;
+  // How long the slots of a session that lapsed or was evicted are fenced
+  // before anyone else gets them (its hung engine's forward may still be
+  // writing them); zero releases them at once, as a detach does.
+  absl::Duration quarantine = absl::ZeroDuration();
   // Changes on every daemon start; 0 = NewEpoch(clock->Now()).
   uint64_t epoch = 0;
   Clock* clock = nullptr;  // nullptr = Clock::Real()
@@ -214,6 +218,8 @@ class StateCache {
   std::function<void()> AdvanceResize() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<std::function<void()>> TickLocked()
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Releases the fenced requests whose deadline is past.
+  void ReleaseFenced(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const StateCacheOptions options_;
   Clock* const clock_;
@@ -231,6 +237,13 @@ class StateCache {
   SlotMemory memory_ ABSL_GUARDED_BY(mu_);
   SessionTable sessions_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<PendingShrink> resize_ ABSL_GUARDED_BY(mu_);
+  // Requests of lapsed or evicted sessions whose slots are fenced until
+  // their deadline (oldest first).
+  struct Fenced {
+    absl::Time until;
+    std::unique_ptr<Request> request;
+  };
+  std::vector<Fenced> fenced_ ABSL_GUARDED_BY(mu_);
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   ServiceCounters counters_ ABSL_GUARDED_BY(mu_);
   uint64_t next_request_seqno_ ABSL_GUARDED_BY(mu_) = 0;

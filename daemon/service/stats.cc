@@ -149,6 +149,12 @@ std::string StateCache::DebugDump() const {
                       m.from_slot, "->", m.to_slot, "\n");
     }
   }
+  for (const Fenced& f : fenced_) {
+    absl::StrAppend(&out, "fenced ", f.request->id,
+                    " until=", absl::FormatTime(f.until),
+                    " slots=", List(f.request->slots),
+                    " reservations=", f.request->reservations.size(), "\n");
+  }
   return out;
 }
 
@@ -217,6 +223,23 @@ absl::Status StateCache::CheckInvariants() const {
         ++owned;
       }
     }
+  }
+  // Fenced requests hold their slots and reservations until released.
+  for (const Fenced& f : fenced_) {
+    const Request& request = *f.request;
+    if (request.session != nullptr || request.fork_src != -1) {
+      return absl::InternalError(absl::StrCat(
+          "fenced request '", request.id, "' still names a session or reads"));
+    }
+    for (size_t i = 0; i < request.slots.size(); ++i) {
+      const SlotMemory::Owner owner = memory_.OwnerOf(request.slots[i]);
+      if (owner.holding != &request || owner.index != static_cast<int32_t>(i)) {
+        return absl::InternalError(absl::StrCat(
+            "owner table disagrees for fenced slot ", request.slots[i]));
+      }
+      ++owned;
+    }
+    owned += static_cast<int64_t>(request.reservations.size());
   }
   // ...and it names nobody else: a stale entry would re-point the wrong
   // request when a shrink relocates that slot.

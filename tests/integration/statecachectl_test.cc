@@ -17,7 +17,10 @@ namespace {
 class StatecachectlTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto daemon = DaemonProcess::Start(WithIdentity({"--num_slots=16"}));
+    // --quarantine=0: an evicted session's slots come back at once, as
+    // EvictEndsTheSession reads them (fencing: ExpiredSessionTest).
+    auto daemon = DaemonProcess::Start(
+        WithIdentity({"--num_slots=16", "--quarantine=0"}));
     ASSERT_TRUE(daemon.ok()) << daemon.status();
     daemon_ = *std::move(daemon);
     auto client = Client::Connect(daemon_->address());

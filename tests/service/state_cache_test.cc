@@ -747,6 +747,99 @@ TEST(LimitsTest, NegativeLimitsAreRefusedAtCreate) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// ------------------------------------------------------------------ fencing
+
+Fixture WithQuarantine(int64_t num_slots, absl::Duration quarantine) {
+  return Fixture(num_slots,
+                 *StateTransfer::Create(TransferKind::kFork, 1, true),
+                 [&](StateCacheOptions& o) { o.quarantine = quarantine; });
+}
+
+std::vector<int64_t> AdmitAll(StateCache& cache, const std::string& session,
+                              const std::string& prefix, int count) {
+  std::vector<int64_t> got;
+  for (int i = 0; i < count; ++i) {
+    v1::StepResponse r = RunStep(
+        cache,
+        StepBuilder(session).Admit(absl::StrCat(prefix, i), 1, 10, {}, 0));
+    if (r.results(0).code() != 0) break;
+    got.push_back(r.results(0).admit().slots(0));
+  }
+  return got;
+}
+
+TEST(FencingTest, ALapsedSessionsSlotsGoToNobodyUntilTheQuarantineEnds) {
+  Fixture f = WithQuarantine(6, absl::Seconds(10));
+  const std::string hung = f.Attach("hung");
+  // Its request a, a forward's reservation, and a fork source it reads.
+  RunStep(
+      *f.cache,
+      StepBuilder(hung).Admit("a", 2, 300, {7}, 0, 64).Checkpoint("a", 1, 7));
+  RunStep(*f.cache, StepBuilder(hung).Reserve("a", {{64, 8}}));
+  const PoolSnapshot held = f.cache->DumpPool();
+  ASSERT_EQ(held.free.size(), 2u);     // a's 2 slots, 1 reservation, 1 pinned
+  f.clock.Advance(absl::Seconds(11));  // its lease lapses
+  f.cache->Tick();
+  const std::string next = f.Attach("next");
+  // The pin went (its checkpoint is free to be spent), the rest is fenced:
+  // the next owner gets the two free slots and the checkpoint, no more.
+  EXPECT_EQ(AdmitAll(*f.cache, next, "n", 6).size(), 3u);
+  EXPECT_TRUE(f.cache->CheckInvariants().ok()) << f.cache->CheckInvariants();
+  f.clock.Advance(absl::Seconds(9));  // 20 s in: fenced for 10 s until 21
+  f.cache->Tick();
+  EXPECT_TRUE(AdmitAll(*f.cache, next, "m", 1).empty());
+  f.clock.Advance(absl::Seconds(2));
+  f.cache->Tick();
+  // Now they are free: a's two slots and the reservation's.
+  EXPECT_EQ(AdmitAll(*f.cache, next, "k", 6).size(), 3u);
+  EXPECT_TRUE(f.cache->CheckInvariants().ok()) << f.cache->CheckInvariants();
+}
+
+TEST(FencingTest, AnEvictedSessionIsFencedAndADetachedOneIsNot) {
+  Fixture f = WithQuarantine(4, absl::Seconds(10));
+  const std::string evicted = f.Attach("evicted");
+  const std::string detached = f.Attach("detached");
+  RunStep(*f.cache, StepBuilder(evicted).Admit("e", 2, 10, {}, 0));
+  RunStep(*f.cache, StepBuilder(detached).Admit("d", 2, 10, {}, 0));
+  v1::EvictSessionRequest evict;
+  evict.set_session_id(evicted);
+  v1::EvictSessionResponse evict_resp;
+  ASSERT_TRUE(f.cache->EvictSession(evict, &evict_resp).ok());
+  EXPECT_EQ(evict_resp.requests_released(), 1);
+  v1::DetachRequest detach;
+  detach.set_session_id(detached);
+  v1::DetachResponse detach_resp;
+  ASSERT_TRUE(f.cache->Detach(detach, &detach_resp).ok());
+  EXPECT_EQ(f.cache->DumpPool().free.size(), 2u);  // only the detached two
+  EXPECT_LE(f.cache->NextDeadline(), f.clock.Now() + absl::Seconds(10));
+  f.clock.Advance(absl::Seconds(10));
+  f.cache->Tick();
+  EXPECT_EQ(f.cache->DumpPool().free.size(), 4u);
+  EXPECT_TRUE(f.cache->CheckInvariants().ok()) << f.cache->CheckInvariants();
+}
+
+TEST(FencingTest, AShrinkMovesAFencedSlotAndKeepsItFenced) {
+  Fixture f = WithQuarantine(4, absl::Seconds(10));
+  const std::string s = f.Attach();
+  RunStep(*f.cache, StepBuilder(s).Admit("low", 2, 10, {}, 0));
+  RunStep(*f.cache, StepBuilder(s).Admit("top", 1, 10, {}, 0));  // slot 2
+  RunStep(*f.cache, StepBuilder(s).Release("low"));
+  f.clock.Advance(absl::Seconds(11));
+  f.cache->Tick();  // lapsed: "top" fenced in slot 2
+  v1::ResizeRequest resize;
+  resize.set_target_slots(2);
+  absl::Status resized = absl::UnknownError("not answered");
+  f.cache->Resize(resize, [&](absl::Status st, const v1::ResizeResponse&) {
+    resized = st;
+  });
+  EXPECT_TRUE(resized.ok()) << resized;
+  EXPECT_TRUE(f.cache->CheckInvariants().ok()) << f.cache->CheckInvariants();
+  EXPECT_EQ(f.cache->DumpPool().free.size(), 1u);  // still fenced, moved
+  f.clock.Advance(absl::Seconds(10));
+  f.cache->Tick();
+  EXPECT_EQ(f.cache->DumpPool().free.size(), 2u);
+}
+
 TEST(ProtoContractTest, AdmitRefusesARequestIdOver256Bytes) {
   Fixture f;
   const std::string s = f.Attach();
