@@ -676,14 +676,19 @@ TEST(ExpiredSessionTest, ExpiredSessionIsNotFoundAndItsSlotsAreFreed) {
 
   // Nobody renews: the daemon's maintenance expires the session by itself.
   v1::GetStatsResponse stats;
-  ASSERT_TRUE(PollUntil(
-      [&] {
-        stats.Clear();
-        EXPECT_TRUE(stubs.admin->GetStats(Ctx().get(), {}, &stats).ok());
-        return stats.sessions() == 0;
-      },
-      10 * kTtl))
-      << "the session never expired";
+  // Polls GetStats into `stats` until `done(stats)`.
+  auto stats_until = [&](auto done) {
+    return PollUntil(
+        [&] {
+          stats.Clear();
+          EXPECT_TRUE(stubs.admin->GetStats(Ctx().get(), {}, &stats).ok());
+          return done(stats);
+        },
+        10 * kTtl);
+  };
+  ASSERT_TRUE(stats_until([](const v1::GetStatsResponse& s) {
+    return s.sessions() == 0;
+  })) << "the session never expired";
   EXPECT_GE(absl::Now() - sent, kTtl);
   EXPECT_EQ(stats.lease_expiries(), 1);
   EXPECT_EQ(stats.requests(), 0);
@@ -691,14 +696,9 @@ TEST(ExpiredSessionTest, ExpiredSessionIsNotFoundAndItsSlotsAreFreed) {
   // still write them, so nobody gets them yet...
   EXPECT_EQ(stats.slots_used(), kWidth);
   // ...and then they are free again, by the daemon's own maintenance.
-  ASSERT_TRUE(PollUntil(
-      [&] {
-        stats.Clear();
-        EXPECT_TRUE(stubs.admin->GetStats(Ctx().get(), {}, &stats).ok());
-        return stats.slots_used() == 0;
-      },
-      10 * kTtl))
-      << "the fenced slots were never freed";
+  ASSERT_TRUE(stats_until([](const v1::GetStatsResponse& s) {
+    return s.slots_used() == 0;
+  })) << "the fenced slots were never freed";
   EXPECT_GE(absl::Now() - sent, 2 * kTtl) << "freed before the quarantine";
   stats.clear_uptime_seconds();
 
