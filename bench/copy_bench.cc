@@ -32,9 +32,9 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "bench/copy_bench_common.h"
+#include "daemon/device/copy_plan.h"
 #include "daemon/device/host_device.h"
 #include "daemon/device/layout_presets.h"
-#include "daemon/device/copy_plan.h"
 #include "kernels/host_copy.h"
 
 #if defined(STATECACHE_COPY_BENCH_GPU)

@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/device/copy_plan.h"
 #include "daemon/device/layout.h"
 #include "daemon/device/layout_presets.h"
-#include "daemon/device/copy_plan.h"
 
 namespace statecache {
 

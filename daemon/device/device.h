@@ -37,9 +37,9 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "daemon/device/copy_plan.h"
 #include "daemon/device/layout.h"
 #include "daemon/device/region_export.h"
-#include "daemon/device/copy_plan.h"
 
 namespace statecache {
 

@@ -1,11 +1,10 @@
 // Copy tables: coalescing, the refusals that keep a batch order-independent,
 // and that a table moves exactly the bytes slot by slot copies would.
-#include "daemon/device/copy_plan.h"
-
 #include <cstring>
 #include <random>
 #include <vector>
 
+#include "daemon/device/copy_plan.h"
 #include "daemon/device/layout_presets.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

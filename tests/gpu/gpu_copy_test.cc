@@ -13,11 +13,11 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/device/copy_plan.h"
 #include "daemon/device/gpu_device.h"
 #include "daemon/device/layout_presets.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "daemon/device/copy_plan.h"
 #include "kernels/gpu_copier.h"
 #include "kernels/gpu_runtime.h"
 
