@@ -17,9 +17,7 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <pthread.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -36,11 +34,9 @@
 #include <utility>
 #include <vector>
 
-#include "absl/algorithm/container.h"
 #include "absl/base/thread_annotations.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/status/status.h"
@@ -50,17 +46,18 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
-#include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/default_address.h"
+#include "daemon/command_line.h"
 #include "daemon/common/status_macros.h"
 #include "daemon/core/state_transfer.h"
 #include "daemon/device/device.h"
 #include "daemon/device/host_device.h"
 #include "daemon/device/layout_file.h"
 #include "daemon/device/layout_presets.h"
+#include "daemon/listen_address.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/service/arena_allocator.h"
 #include "daemon/service/call_tracker.h"
@@ -275,116 +272,6 @@ absl::StatusOr<StateCacheOptions> OptionsFromFlags() {
   return options;
 }
 
-// ------------------------------------------------------------ the socket
-
-// The filesystem path of a "unix:PATH" or "unix:///PATH" address; nullopt for
-// anything else (TCP, unix-abstract:).
-std::optional<std::string> UnixSocketPath(absl::string_view address) {
-  if (!absl::ConsumePrefix(&address, "unix:")) return std::nullopt;
-  if (absl::StartsWith(address, "//")) address.remove_prefix(2);
-  return std::string(address);
-}
-
-// Creates the socket's directory (mode 0700, parents 0755) if it is missing;
-// an existing directory is left as it is (the operator chose it).
-// A directory someone else controls could have our socket replaced under
-// us (a pre-created /tmp/statecache-$UID, say): the socket's directory must
-// belong to this daemon's user (or root), and nobody else may write to it
-// unless it is sticky (then they cannot remove or rename our socket).
-absl::Status CheckSocketDirectoryIsOurs(const std::string& dir,
-                                        const struct stat& st) {
-  const uid_t me = ::geteuid();
-  if (st.st_uid != me && st.st_uid != 0) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        dir, " belongs to uid ", st.st_uid, ", not to this daemon's (", me,
-        "): its owner could replace the socket. Remove it, or --listen "
-        "elsewhere"));
-  }
-  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (st.st_mode & S_ISVTX) == 0) {
-    return absl::PermissionDeniedError(absl::StrFormat(
-        "%s is writable by others (mode %04o) and not sticky: they could "
-        "replace the socket. chmod go-w it, or --listen elsewhere",
-        dir, st.st_mode & 07777));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status PrepareSocketDirectory(const std::string& socket_path) {
-  std::string::size_type slash = socket_path.rfind('/');
-  if (slash == std::string::npos || slash == 0) return absl::OkStatus();
-  const std::string dir = socket_path.substr(0, slash);
-  struct stat st;
-  if (::lstat(dir.c_str(), &st) == 0) {
-    if (!S_ISDIR(st.st_mode)) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(dir, " exists and is not a directory"));
-    }
-    return CheckSocketDirectoryIsOurs(dir, st);
-  }
-  // Parents first (mkdir -p), then the socket's own directory private.
-  for (std::string::size_type pos = dir.find('/', 1); pos != std::string::npos;
-       pos = dir.find('/', pos + 1)) {
-    const std::string parent = dir.substr(0, pos);
-    if (::mkdir(parent.c_str(), 0755) != 0 && errno != EEXIST) {
-      return absl::InternalError(
-          absl::StrCat("mkdir ", parent, ": ", std::strerror(errno)));
-    }
-  }
-  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
-    return absl::InternalError(
-        absl::StrCat("mkdir ", dir, ": ", std::strerror(errno)));
-  }
-  return absl::OkStatus();
-}
-
-// gRPC unlinks an existing socket file before binding, which would silently
-// steal the address from a daemon still running there. Refuse instead; a
-// stale socket (nobody accepting) is fine to replace.
-absl::Status CheckNoLiveDaemon(const std::string& socket_path) {
-  struct stat st;
-  if (::lstat(socket_path.c_str(), &st) != 0) return absl::OkStatus();
-  if (!S_ISSOCK(st.st_mode)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(socket_path, " exists and is not a socket"));
-  }
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (socket_path.size() >= sizeof(addr.sun_path)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("socket path too long: ", socket_path));
-  }
-  std::memcpy(addr.sun_path, socket_path.c_str(), socket_path.size() + 1);
-  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return absl::OkStatus();
-  bool live = ::connect(fd, reinterpret_cast<const sockaddr*>(&addr),
-                        sizeof(addr)) == 0;
-  ::close(fd);
-  if (live) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("another daemon is listening on ", socket_path));
-  }
-  return absl::OkStatus();
-}
-
-// The address as clients should dial it: for TCP with port 0, the port gRPC
-// picked.
-std::string EffectiveAddress(const std::string& address, int selected_port) {
-  if (UnixSocketPath(address) || absl::StartsWith(address, "unix-abstract:")) {
-    return address;
-  }
-  std::string::size_type colon = address.rfind(':');
-  if (colon == std::string::npos || selected_port <= 0) return address;
-  return absl::StrCat(address.substr(0, colon + 1), selected_port);
-}
-
-bool IsLoopback(absl::string_view address) {
-  return absl::StartsWith(address, "127.") ||
-         absl::StartsWith(address, "localhost:") ||
-         absl::StartsWith(address, "[::1]:") ||
-         absl::StartsWith(address, "ipv4:127.") ||
-         absl::StartsWith(address, "ipv6:[::1]:");
-}
-
 // ------------------------------------------------------------ maintenance
 
 // Runs StateCache::Tick whenever the core has something due (a lease lapsing,
@@ -442,30 +329,6 @@ void SignalReady(int ready_fd) {
                 std::strerror(errno));
   }
   ::close(ready_fd);
-}
-
-// Makes `listen` ready to bind: a Unix socket's directory prepared and no
-// live daemon on it; a TCP address warned about (plaintext, and reachable
-// from other machines unless loopback).
-absl::Status PrepareListenAddress(
-    const std::string& listen, const std::optional<std::string>& socket_path) {
-  if (socket_path) {
-    RETURN_IF_ERROR(PrepareSocketDirectory(*socket_path));
-    return CheckNoLiveDaemon(*socket_path);
-  }
-  if (absl::StartsWith(listen, "unix-abstract:")) return absl::OkStatus();
-  LOG_WARNING(
-      "TCP address %s: there is NO authentication and NO encryption; "
-      "anyone who can connect can drive, resize and evict. Prefer a unix "
-      "socket.",
-      listen);
-  if (!IsLoopback(listen)) {
-    LOG_WARNING(
-        "%s is not a loopback address: the cache is reachable from "
-        "other machines",
-        listen);
-  }
-  return absl::OkStatus();
 }
 
 // Ignores SIGPIPE and blocks SIGTERM and SIGINT, returning them as the set
@@ -671,50 +534,6 @@ int Serve() {
 }
 
 }  // namespace
-
-// What is wrong with the command line's flags, or nullopt: a flag this
-// program does not define, or a value its flag cannot parse. Reads the
-// command line as absl::ParseCommandLine does ("--name=value", "--name
-// value", "--noname" for a bool, one or two dashes, "--" ending the flags),
-// and knows Abseil's own flags (--help and its kin are not registered).
-std::optional<std::string> BadFlag(int argc, char** argv) {
-  static constexpr absl::string_view kUsageFlags[] = {
-      "help",   "helpfull",  "helpshort",       "helppackage",
-      "helpon", "helpmatch", "only_check_args", "version"};
-  for (int i = 1; i < argc; ++i) {
-    absl::string_view arg = argv[i];
-    if (arg == "--") break;
-    if (arg.size() < 2 || arg[0] != '-') continue;  // positional
-    absl::string_view name = arg.substr(arg[1] == '-' ? 2 : 1);
-    const size_t eq = name.find('=');
-    const bool has_value = eq != absl::string_view::npos;
-    const absl::string_view value = has_value ? name.substr(eq + 1) : "";
-    name = name.substr(0, eq);
-    if (absl::c_linear_search(kUsageFlags, name)) continue;
-    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
-    if (flag == nullptr && absl::StartsWith(name, "no")) {
-      const absl::CommandLineFlag* negated =
-          absl::FindCommandLineFlag(name.substr(2));
-      if (negated != nullptr && negated->IsOfType<bool>()) continue;
-    }
-    if (flag == nullptr) {
-      return absl::StrCat("unknown flag --", name,
-                          " (statecached --help lists them)");
-    }
-    absl::string_view given = value;
-    if (!has_value) {
-      if (flag->IsOfType<bool>()) continue;
-      if (i + 1 >= argc) return absl::StrCat("--", name, " needs a value");
-      given = argv[++i];  // "--name value": whatever the value starts with
-    }
-    // Parsed again by ParseCommandLine; parsing it here only judges it.
-    std::string error;
-    if (!flag->ParseFrom(given, &error)) {
-      return absl::StrCat("--", name, "=", given, ": ", error);
-    }
-  }
-  return std::nullopt;
-}
 
 }  // namespace statecache
 

@@ -52,8 +52,8 @@ def layer_of(path):
         return "common"
     if path in ADAPTER_FILES:
         return "adapter"
-    if path == "daemon/main.cc":
-        return "main"
+    if path.startswith("daemon/") and path.count("/") == 1:
+        return "main"  # main.cc and the pieces of the executable beside it
     for prefix, layer in (("daemon/common/", "common"),
                           ("kernels/", "kernels"),
                           ("daemon/device/", "device"),
