@@ -558,25 +558,30 @@ absl::StatusOr<DaemonStats> Client::GetStats() {
 }
 
 absl::StatusOr<std::vector<SessionSummary>> Client::ListSessions() {
-  grpc::ClientContext context;
-  impl_->SetDeadline(context);
-  v1::ListSessionsResponse response;
-  absl::Status status = FromGrpcStatus(impl_->admin->ListSessions(
-      &context, v1::ListSessionsRequest(), &response));
-  if (!status.ok()) return status;
   std::vector<SessionSummary> sessions;
-  sessions.reserve(response.sessions_size());
-  for (const v1::SessionInfo& s : response.sessions()) {
-    sessions.push_back(SessionSummary{
-        .session_id = s.session_id(),
-        .client_name = s.client_name(),
-        .requests = s.requests(),
-        .slots = s.slots(),
-        .pins = s.pins(),
-        .attached = absl::Seconds(s.attached_seconds()),
-        .idle = absl::Seconds(s.idle_seconds()),
-        .lease_remaining = absl::Milliseconds(s.lease_remaining_ms())});
-  }
+  v1::ListSessionsRequest request;
+  request.set_page_size(1000);
+  do {
+    grpc::ClientContext context;
+    impl_->SetDeadline(context);
+    v1::ListSessionsResponse response;
+    absl::Status status = FromGrpcStatus(
+        impl_->admin->ListSessions(&context, request, &response));
+    if (!status.ok()) return status;
+    for (const v1::SessionInfo& s : response.sessions()) {
+      sessions.push_back(SessionSummary{
+          .handle = s.handle(),
+          .principal = s.principal(),
+          .client_name = s.client_name(),
+          .requests = s.requests(),
+          .slots = s.slots(),
+          .pins = s.pins(),
+          .attached = absl::Seconds(s.attached_seconds()),
+          .idle = absl::Seconds(s.idle_seconds()),
+          .lease_remaining = absl::Milliseconds(s.lease_remaining_ms())});
+    }
+    request.set_page_token(response.next_page_token());
+  } while (!request.page_token().empty());
   return sessions;
 }
 
@@ -597,9 +602,9 @@ absl::StatusOr<ResizeResult> Client::Resize(int64_t target_slots,
                       .evicted = response.evicted()};
 }
 
-absl::StatusOr<int32_t> Client::EvictSession(std::string_view session_id) {
+absl::StatusOr<int32_t> Client::EvictSession(std::string_view handle) {
   v1::EvictSessionRequest request;
-  request.set_session_id(std::string(session_id));
+  request.set_handle(std::string(handle));
   grpc::ClientContext context;
   impl_->SetDeadline(context);
   v1::EvictSessionResponse response;

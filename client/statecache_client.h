@@ -305,7 +305,10 @@ struct DaemonStats {
 
 // One attached session, as ListSessions reports it.
 struct SessionSummary {
-  std::string session_id;
+  // What operators name a session by (never its secret id).
+  std::string handle;
+  // Who attached it: "uid:N", "x509:NAME", "anonymous".
+  std::string principal;
   std::string client_name;
   int64_t requests = 0;
   int64_t slots = 0;
@@ -380,15 +383,18 @@ class Client {
   // ----------------------------------------------------------- operator
 
   absl::StatusOr<DaemonStats> GetStats();
+  // Every attached session, in attach order (the daemon's pages, read one
+  // after another). Errors: PERMISSION_DENIED (not an operator).
   absl::StatusOr<std::vector<SessionSummary>> ListSessions();
   // Grows or shrinks the pool; blocks until done or `deadline` passes.
   // Errors: INVALID_ARGUMENT, ABORTED (another resize running),
   // DEADLINE_EXCEEDED (the message says how far it got).
   absl::StatusOr<ResizeResult> Resize(
       int64_t target_slots, absl::Duration deadline = absl::Seconds(10));
-  // Ends a session as if its lease had lapsed; returns requests released.
-  // Errors: NOT_FOUND.
-  absl::StatusOr<int32_t> EvictSession(std::string_view session_id);
+  // Ends the session with this handle (from ListSessions) as if its lease
+  // had lapsed; returns requests released.
+  // Errors: NOT_FOUND, PERMISSION_DENIED.
+  absl::StatusOr<int32_t> EvictSession(std::string_view handle);
   // Stops admitting (resume = false: Attach and admit are refused with
   // UNAVAILABLE, admitted requests run on) or admits again (resume = true).
   // Poll GetStats until `requests` is 0 to know the daemon is idle.

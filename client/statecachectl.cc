@@ -10,7 +10,8 @@
 //                               progress while a shrink gives slots up
 //   drain [--wait]              stop admitting (and wait for requests to end)
 //   drain --resume              admit again
-//   evict SESSION               end a session as if its lease had lapsed
+//   evict HANDLE                end a session (its handle, from `sessions`)
+//                               as if its lease had lapsed
 //
 // Output is an aligned table for people, or JSON with --json (one object; one
 // object per line for stats --watch).
@@ -82,7 +83,8 @@ commands:
                               stop admitting (Attach and admit are refused);
                               --wait: until no request is left
   drain --resume              admit again
-  evict SESSION               end a session as if its lease had lapsed
+  evict HANDLE                end a session (its handle, from `sessions`)
+                              as if its lease had lapsed
 
 flags:
   --address=ADDR      the daemon (default: )";
@@ -634,7 +636,8 @@ absl::Status SessionsCommand(Client& client, const CommandLine& line) {
   if (line.json) {
     nlohmann::json list = nlohmann::json::array();
     for (const SessionSummary& s : *sessions) {
-      list.push_back({{"session_id", s.session_id},
+      list.push_back({{"handle", s.handle},
+                      {"principal", s.principal},
                       {"client_name", s.client_name},
                       {"requests", s.requests},
                       {"slots", s.slots},
@@ -652,10 +655,11 @@ absl::Status SessionsCommand(Client& client, const CommandLine& line) {
     return absl::OkStatus();
   }
   std::vector<std::vector<std::string>> rows = {
-      {"SESSION", "CLIENT", "REQUESTS", "SLOTS", "PINS", "ATTACHED", "IDLE",
-       "LEASE LEFT"}};
+      {"SESSION", "PRINCIPAL", "CLIENT", "REQUESTS", "SLOTS", "PINS",
+       "ATTACHED", "IDLE", "LEASE LEFT"}};
   for (const SessionSummary& s : *sessions) {
-    rows.push_back({s.session_id, s.client_name.empty() ? "-" : s.client_name,
+    rows.push_back({s.handle, s.principal,
+                    s.client_name.empty() ? "-" : s.client_name,
                     absl::StrCat(s.requests), absl::StrCat(s.slots),
                     absl::StrCat(s.pins), HumanDuration(s.attached),
                     HumanDuration(s.idle), HumanDuration(s.lease_remaining)});
@@ -904,7 +908,7 @@ absl::Status EvictCommand(Client& client, const CommandLine& line) {
   absl::StatusOr<int32_t> released = client.EvictSession(line.args[1]);
   if (!released.ok()) return released.status();
   if (line.json) {
-    std::cout << nlohmann::json{{"session_id", line.args[1]},
+    std::cout << nlohmann::json{{"handle", line.args[1]},
                                 {"requests_released", *released}}
                      .dump(2)
               << "\n";

@@ -70,9 +70,9 @@ absl::Status PrepareSocketDirectory(const std::string& socket_path) {
   return absl::OkStatus();
 }
 
-// gRPC unlinks an existing socket file before binding, which would silently
-// steal the address from a daemon still running there. Refuse instead; a
-// stale socket (nobody accepting) is fine to replace.
+// Unlinking an existing socket file before binding would silently steal the
+// address from a daemon still running there. Refuse instead; a stale socket
+// (nobody accepting) is removed so the bind can take its name.
 absl::Status CheckNoLiveDaemon(const std::string& socket_path) {
   struct stat st;
   if (::lstat(socket_path.c_str(), &st) != 0) return absl::OkStatus();
@@ -95,6 +95,11 @@ absl::Status CheckNoLiveDaemon(const std::string& socket_path) {
   if (live) {
     return absl::FailedPreconditionError(
         absl::StrCat("another daemon is listening on ", socket_path));
+  }
+  // Stale: nobody accepts on it. Bind needs the name free.
+  if (::unlink(socket_path.c_str()) != 0 && errno != ENOENT) {
+    return absl::InternalError(absl::StrCat(
+        "removing the stale socket ", socket_path, ": ", std::strerror(errno)));
   }
   return absl::OkStatus();
 }
@@ -137,13 +142,8 @@ absl::Status PrepareListenAddress(
     RETURN_IF_ERROR(PrepareSocketDirectory(*socket_path));
     return CheckNoLiveDaemon(*socket_path);
   }
-  if (absl::StartsWith(listen, "unix-abstract:")) return absl::OkStatus();
-  LOG_WARNING(
-      "TCP address %s: there is NO authentication and NO encryption; "
-      "anyone who can connect can drive, resize and evict. Prefer a unix "
-      "socket.",
-      listen);
-  if (!IsLoopback(listen)) {
+  // TCP: Serving refuses it without TLS or --insecure_tcp.
+  if (!IsLoopback(listen) && !absl::StartsWith(listen, "unix-abstract:")) {
     LOG_WARNING(
         "%s is not a loopback address: the cache is reachable from "
         "other machines",

@@ -17,6 +17,7 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -65,6 +66,7 @@
 #include "daemon/service/log.h"
 #include "daemon/service/session_event_log.h"
 #include "daemon/service/state_cache.h"
+#include "daemon/serving.h"
 
 ABSL_FLAG(std::string, listen, "",
           "Address to serve on. Default: unix:/run/statecache/statecached.sock "
@@ -73,8 +75,31 @@ ABSL_FLAG(std::string, listen, "",
           "socket directory is created with mode 0700 (an existing one is "
           "left as it is: pre-create it with a group to share the socket) "
           "and the socket is made 0660. A "
-          "TCP address (e.g. 127.0.0.1:50051; port 0 picks one) is served "
-          "only when given explicitly: it has no authentication.");
+          "TCP address (e.g. 127.0.0.1:50051; port 0 picks one) needs TLS "
+          "(--tls_cert, --tls_key) or --insecure_tcp.");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate chain for TLS on a TCP --listen (with --tls_key).");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA bundle: require every TLS client to present a certificate "
+          "it signed (mutual TLS). The certificate's identity (first subject "
+          "alternative name, else common name) is the client's principal, "
+          "x509:NAME in --attach_allow and --admin_allow.");
+ABSL_FLAG(bool, insecure_tcp, false,
+          "Serve a TCP --listen in plaintext, without TLS: no encryption, no "
+          "authentication (every peer is anonymous, and never an operator).");
+ABSL_FLAG(std::string, attach_allow, "any",
+          "Who may attach, comma-separated: uid:N, user:NAME, gid:N, "
+          "group:NAME (a Unix-socket peer's uid or primary gid, from the "
+          "kernel), x509:NAME (a verified client certificate), any.");
+ABSL_FLAG(std::string, admin_allow, "",
+          "Who may make the operator calls (ListSessions, EvictSession, "
+          "Resize, Drain), in --attach_allow's forms but not any. Default: "
+          "root and the daemon's own user. GetStats is open to all.");
+ABSL_FLAG(int32_t, max_connections, 0,
+          "Client connections open at once; one past it is closed on "
+          "arrival. 0 = half the file-descriptor limit (RLIMIT_NOFILE), at "
+          "most 1024.");
 ABSL_FLAG(int64_t, num_slots, 1024, "Slots in the pool at start.");
 ABSL_FLAG(int64_t, max_slots, 0,
           "Largest pool a Resize may ask for; 0 = no limit beyond the pool's "
@@ -205,6 +230,14 @@ absl::StatusOr<StateCacheOptions> OptionsFromFlags() {
   if (options.lease_ttl <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--lease_ttl must be positive");
   }
+  std::string admin_allow = absl::GetFlag(FLAGS_admin_allow);
+  if (admin_allow.empty()) {
+    admin_allow = ::geteuid() == 0 ? std::string("uid:0")
+                                   : absl::StrCat("uid:0,uid:", ::geteuid());
+  }
+  ASSIGN_OR_RETURN(
+      options.access,
+      AccessPolicy::Parse(absl::GetFlag(FLAGS_attach_allow), admin_allow));
   const std::string quarantine = absl::GetFlag(FLAGS_quarantine);
   if (quarantine == "lease_ttl") {
     options.quarantine = options.lease_ttl;
@@ -400,8 +433,7 @@ int WaitForSignal(const sigset_t& signals) {
 // long for every idle connection to go away (see call_tracker.h), so it gets
 // only the grace that is left, at most kUnaryTail: ample for unary calls,
 // which answer in microseconds.
-void DrainCalls(CallTracker& calls, grpc::Server& server,
-                absl::Duration grace) {
+void DrainCalls(CallTracker& calls, Serving& serving, absl::Duration grace) {
   constexpr absl::Duration kUnaryTail = absl::Milliseconds(200);
   const absl::Time grace_end = absl::Now() + grace;
   if (const int64_t busy = calls.in_flight(); busy > 0) {
@@ -410,28 +442,29 @@ void DrainCalls(CallTracker& calls, grpc::Server& server,
       LOG_WARNING("grace period over: cancelling %d call(s) in progress", left);
     }
   }
-  server.Shutdown(
-      absl::ToChronoTime(std::min(grace_end, absl::Now() + kUnaryTail)));
+  serving.Stop(std::min(grace_end, absl::Now() + kUnaryTail));
 }
 
-// Builds and starts the gRPC server on `listen` with `services`; null when
-// it cannot listen (gRPC logs why). `*port` is the port bound.
-std::unique_ptr<grpc::Server> StartGrpcServer(
-    const std::string& listen, std::initializer_list<grpc::Service*> services,
-    int* port) {
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), port);
-  // gRPC sets SO_REUSEPORT by default, which would let a second daemon bind
-  // the same TCP port and split the traffic.
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  const int max_message_bytes = static_cast<int>(std::clamp<int64_t>(
-      absl::GetFlag(FLAGS_max_message_bytes), 1024, INT32_MAX));
-  builder.SetMaxReceiveMessageSize(max_message_bytes);
-  builder.SetMaxSendMessageSize(max_message_bytes);
-  for (grpc::Service* service : services) builder.RegisterService(service);
-  return builder.BuildAndStart();
+// The serving flags; the connection cap defaults to half the descriptor
+// limit, leaving the rest for the state memory, metrics and gRPC itself.
+ServingOptions ServingOptionsFromFlags(std::string listen) {
+  int max_connections = absl::GetFlag(FLAGS_max_connections);
+  if (max_connections <= 0) {
+    rlimit limit{};
+    const rlim_t soft =
+        ::getrlimit(RLIMIT_NOFILE, &limit) == 0 ? limit.rlim_cur : 1024;
+    max_connections = static_cast<int>(std::clamp<rlim_t>(soft / 2, 1, 1024));
+  }
+  return ServingOptions{
+      .listen = std::move(listen),
+      .max_message_bytes = static_cast<int>(std::clamp<int64_t>(
+          absl::GetFlag(FLAGS_max_message_bytes), 1024, INT32_MAX)),
+      .max_connections = max_connections,
+      .tls_cert = absl::GetFlag(FLAGS_tls_cert),
+      .tls_key = absl::GetFlag(FLAGS_tls_key),
+      .tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca),
+      .insecure_tcp = absl::GetFlag(FLAGS_insecure_tcp),
+  };
 }
 
 // The daemon's life in order: configure, listen, serve until a signal,
@@ -481,25 +514,26 @@ int Serve() {
   }
   RpcObserver* rpc_observer = metrics_address.empty() ? nullptr : &metrics;
   CallTracker calls;
+  // The peers the doors let in, by connection (see connection_gate.h).
+  PeerTable peers;
   StateCacheGrpcService scheduler_service(cache->get(), &events, rpc_observer,
-                                          &calls);
+                                          &calls, &peers);
   // Step messages live in one arena per call (see arena_allocator.h).
   ArenaMessageAllocator<v1::StepRequest, v1::StepResponse> step_allocator;
   scheduler_service.SetMessageAllocatorFor_Step(&step_allocator);
   StateCacheAdminGrpcService admin_service(cache->get(), &events, rpc_observer,
-                                           &calls);
+                                           &calls, &peers);
 
-  int selected_port = 0;
-  std::unique_ptr<grpc::Server> server = StartGrpcServer(
-      listen, {&scheduler_service, &admin_service}, &selected_port);
-  if (server == nullptr || selected_port == 0) {
-    LOG_ERROR("cannot listen on %s (see gRPC's message above)", listen);
-    return kExitServeError;
+  const ServingOptions serving_options = ServingOptionsFromFlags(listen);
+  absl::StatusOr<std::unique_ptr<Serving>> serving = Serving::Start(
+      serving_options, {&scheduler_service, &admin_service}, &peers);
+  if (!serving.ok()) {
+    LOG_ERROR("cannot listen on %s: %s", listen, serving.status().ToString());
+    return absl::IsInvalidArgument(serving.status()) ? kExitConfigError
+                                                     : kExitServeError;
   }
-  if (socket_path && ::chmod(socket_path->c_str(), 0660) != 0) {
-    LOG_WARNING("chmod 0660 %s: %s", *socket_path, std::strerror(errno));
-  }
-  SetServing(*server, true);
+  grpc::Server& server = (*serving)->server();
+  SetServing(server, true);
 
   MaintenanceThread maintenance(cache->get(), &events);
 
@@ -507,7 +541,9 @@ int Serve() {
            absl::GetFlag(FLAGS_num_slots), transfer_name,
            absl::FormatDuration(absl::GetFlag(FLAGS_lease_ttl)),
            absl::GetFlag(FLAGS_max_ops_per_step));
-  LOG_INFO("listening on %s epoch=%d", EffectiveAddress(listen, selected_port),
+  LOG_INFO("access: %s max_connections=%d", (*cache)->access().DebugString(),
+           serving_options.max_connections);
+  LOG_INFO("listening on %s epoch=%d", (*serving)->address(),
            (*cache)->epoch());
   SignalReady(absl::GetFlag(FLAGS_ready_fd));
 
@@ -516,10 +552,10 @@ int Serve() {
            absl::FormatDuration(absl::GetFlag(FLAGS_shutdown_grace)));
 
   (*cache)->SetDraining(true);
-  SetServing(*server, false);
-  DrainCalls(calls, *server, absl::GetFlag(FLAGS_shutdown_grace));
+  SetServing(server, false);
+  DrainCalls(calls, **serving, absl::GetFlag(FLAGS_shutdown_grace));
   maintenance.Stop();
-  server.reset();
+  serving->reset();
   // Destroying the cache cancels a resize still pending in the core; the
   // last reference to the device unmaps and unlinks the state memory.
   cache->reset();

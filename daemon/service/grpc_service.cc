@@ -3,9 +3,11 @@
 #include <google/protobuf/arena.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -44,6 +46,29 @@ int OperationCount(const v1::StepRequest& request) {
   return request.operations_size() + request.packed().kinds_size();
 }
 
+}  // namespace
+
+Peer ResolvePeer(const grpc::CallbackServerContext& context,
+                 const PeerTable* peers) {
+  if (peers != nullptr) {
+    if (std::optional<Peer> peer = peers->Find(context.peer())) return *peer;
+  }
+  // Over TLS, gRPC verified the client's certificate against --tls_client_ca
+  // before any call could arrive; its identity is the subject alternative
+  // name, else the common name.
+  const std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
+  if (auth != nullptr && auth->IsPeerAuthenticated()) {
+    const std::vector<grpc::string_ref> identity = auth->GetPeerIdentity();
+    if (!identity.empty()) {
+      return Peer::Certified(
+          std::string(identity.front().data(), identity.front().size()));
+    }
+  }
+  return Peer::Anonymous();
+}
+
+namespace {
+
 // Finishes a unary call with `status` from the core.
 grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context,
                                       const absl::Status& status,
@@ -65,11 +90,12 @@ class StepStreamReactor final
     : public grpc::ServerBidiReactor<v1::StepRequest, v1::StepResponse> {
  public:
   StepStreamReactor(StateCache* cache, RpcObserver* observer,
-                    CallTracker* calls, std::string peer)
+                    CallTracker* calls, std::string peer, Peer caller)
       : cache_(cache),
         observer_(observer),
         calls_(calls),
-        peer_(std::move(peer)) {
+        peer_(std::move(peer)),
+        caller_(std::move(caller)) {
     LOG_DEBUG("rpc StepStream peer=%s opened", peer_);
     StartNextRead();
   }
@@ -144,7 +170,7 @@ class StepStreamReactor final
                        "\" but the stream belongs to session \"",
                        absl::CHexEscape(session_id_), "\"; open a new stream"));
     } else {
-      status = cache_->Step(request, &response);
+      status = cache_->Step(request, &response, caller_);
       if (status.ok()) {
         bound_ = true;
       } else if (absl::IsNotFound(status)) {
@@ -171,6 +197,8 @@ class StepStreamReactor final
   RpcObserver* const observer_;
   CallTracker* const calls_;
   const std::string peer_;
+  // The stream's credentials: one connection's, for every message.
+  const Peer caller_;
   bool serving_ = false;  // a step read and not yet answered
   std::string session_id_;
   bool bound_ = false;  // session_id_ named a live session at its last step
@@ -198,8 +226,9 @@ class ResizeReactor final : public grpc::ServerUnaryReactor {
  public:
   ResizeReactor(grpc::CallbackServerContext* context,
                 v1::ResizeResponse* response, RpcObserver* observer,
-                CallTracker* calls)
-      : observer_(observer),
+                CallTracker* calls, Peer caller)
+      : caller_(std::move(caller)),
+        observer_(observer),
         calls_(calls),
         shared_(std::make_shared<Shared>()),
         response_(response),
@@ -216,8 +245,9 @@ class ResizeReactor final : public grpc::ServerUnaryReactor {
     // The outcome is logged even when the call is gone; only `shared` and
     // copies are touched before TakeFinish says the call is still ours.
     cache.Resize(
-        request, [shared = shared_, start = start_, this](
-                     absl::Status status, const v1::ResizeResponse& result) {
+        request,
+        [shared = shared_, start = start_, this](
+            absl::Status status, const v1::ResizeResponse& result) {
           if (status.ok()) {
             LOG_INFO("resize done: %d slots, %d relocated, %d evicted (%dms)",
                      result.num_slots(), result.relocated(), result.evicted(),
@@ -229,7 +259,8 @@ class ResizeReactor final : public grpc::ServerUnaryReactor {
           *response_ = result;
           Observe(observer_, RpcMethod::kResize, status, start);
           Finish(ToGrpcStatus(status));
-        });
+        },
+        caller_);
   }
 
   void OnCancel() override {
@@ -259,6 +290,7 @@ class ResizeReactor final : public grpc::ServerUnaryReactor {
     bool finished ABSL_GUARDED_BY(mu) = false;
   };
 
+  const Peer caller_;
   RpcObserver* const observer_;
   CallTracker* const calls_;
   const std::shared_ptr<Shared> shared_;
@@ -274,21 +306,27 @@ class ResizeReactor final : public grpc::ServerUnaryReactor {
 StateCacheGrpcService::StateCacheGrpcService(StateCache* cache,
                                              SessionEventLog* events,
                                              RpcObserver* observer,
-                                             CallTracker* calls)
-    : cache_(cache), events_(events), observer_(observer), calls_(calls) {}
+                                             CallTracker* calls,
+                                             const PeerTable* peers)
+    : cache_(cache),
+      events_(events),
+      observer_(observer),
+      calls_(calls),
+      peers_(peers) {}
 
 grpc::ServerUnaryReactor* StateCacheGrpcService::Attach(
     grpc::CallbackServerContext* context, const v1::AttachRequest* request,
     v1::AttachResponse* response) {
   absl::Time start = absl::Now();
-  absl::Status status = cache_->Attach(*request, response);
+  const Peer caller = ResolvePeer(*context, peers_);
+  absl::Status status = cache_->Attach(*request, response, caller);
   if (status.ok()) {
     events_->Attached(response->session_id(), request->client_name(),
-                      context->peer());
+                      absl::StrCat(context->peer(), " ", caller.Describe()));
   } else {
-    LOG_INFO("attach refused: client=\"%s\" peer=%s: %s",
+    LOG_INFO("attach refused: client=\"%s\" peer=%s %s: %s",
              absl::CHexEscape(request->client_name()), context->peer(),
-             status.ToString());
+             caller.Describe(), status.ToString());
   }
   LogCall("Attach", context, start, status);
   return FinishUnary(context, status, observer_, RpcMethod::kAttach, start);
@@ -298,7 +336,8 @@ grpc::ServerUnaryReactor* StateCacheGrpcService::Detach(
     grpc::CallbackServerContext* context, const v1::DetachRequest* request,
     v1::DetachResponse* response) {
   absl::Time start = absl::Now();
-  absl::Status status = cache_->Detach(*request, response);
+  absl::Status status =
+      cache_->Detach(*request, response, ResolvePeer(*context, peers_));
   if (status.ok()) {
     events_->Ended(request->session_id(), "detached",
                    response->requests_released());
@@ -312,7 +351,8 @@ grpc::ServerUnaryReactor* StateCacheGrpcService::KeepAlive(
     grpc::CallbackServerContext* context, const v1::KeepAliveRequest* request,
     v1::KeepAliveResponse* response) {
   absl::Time start = absl::Now();
-  absl::Status status = cache_->KeepAlive(*request, response);
+  absl::Status status =
+      cache_->KeepAlive(*request, response, ResolvePeer(*context, peers_));
   LogCall("KeepAlive", context, start, status,
           absl::StrCat("session=", request->session_id()));
   return FinishUnary(context, status, observer_, RpcMethod::kKeepAlive, start);
@@ -322,7 +362,8 @@ grpc::ServerUnaryReactor* StateCacheGrpcService::Step(
     grpc::CallbackServerContext* context, const v1::StepRequest* request,
     v1::StepResponse* response) {
   absl::Time start = absl::Now();
-  absl::Status status = cache_->Step(*request, response);
+  absl::Status status =
+      cache_->Step(*request, response, ResolvePeer(*context, peers_));
   if (log::Verbosity() >= 1) {
     LogCall("Step", context, start, status,
             absl::StrCat("session=", request->session_id(),
@@ -333,7 +374,8 @@ grpc::ServerUnaryReactor* StateCacheGrpcService::Step(
 
 grpc::ServerBidiReactor<v1::StepRequest, v1::StepResponse>*
 StateCacheGrpcService::StepStream(grpc::CallbackServerContext* context) {
-  return new StepStreamReactor(cache_, observer_, calls_, context->peer());
+  return new StepStreamReactor(cache_, observer_, calls_, context->peer(),
+                               ResolvePeer(*context, peers_));
 }
 
 grpc::ServerUnaryReactor* StateCacheGrpcService::Ping(
@@ -349,8 +391,13 @@ grpc::ServerUnaryReactor* StateCacheGrpcService::Ping(
 StateCacheAdminGrpcService::StateCacheAdminGrpcService(StateCache* cache,
                                                        SessionEventLog* events,
                                                        RpcObserver* observer,
-                                                       CallTracker* calls)
-    : cache_(cache), events_(events), observer_(observer), calls_(calls) {}
+                                                       CallTracker* calls,
+                                                       const PeerTable* peers)
+    : cache_(cache),
+      events_(events),
+      observer_(observer),
+      calls_(calls),
+      peers_(peers) {}
 
 grpc::ServerUnaryReactor* StateCacheAdminGrpcService::GetStats(
     grpc::CallbackServerContext* context, const v1::GetStatsRequest* request,
@@ -367,16 +414,18 @@ grpc::ServerUnaryReactor* StateCacheAdminGrpcService::ListSessions(
     const v1::ListSessionsRequest* request,
     v1::ListSessionsResponse* response) {
   absl::Time start = absl::Now();
-  cache_->ListSessions(response);
-  LogCall("ListSessions", context, start, absl::OkStatus());
-  return FinishUnary(context, absl::OkStatus(), observer_,
-                     RpcMethod::kListSessions, start);
+  const absl::Status status =
+      cache_->ListSessions(*request, response, ResolvePeer(*context, peers_));
+  LogCall("ListSessions", context, start, status);
+  return FinishUnary(context, status, observer_, RpcMethod::kListSessions,
+                     start);
 }
 
 grpc::ServerUnaryReactor* StateCacheAdminGrpcService::Resize(
     grpc::CallbackServerContext* context, const v1::ResizeRequest* request,
     v1::ResizeResponse* response) {
-  auto* reactor = new ResizeReactor(context, response, observer_, calls_);
+  auto* reactor = new ResizeReactor(context, response, observer_, calls_,
+                                    ResolvePeer(*context, peers_));
   reactor->Start(*cache_, *request);
   return reactor;
 }
@@ -386,14 +435,19 @@ grpc::ServerUnaryReactor* StateCacheAdminGrpcService::EvictSession(
     const v1::EvictSessionRequest* request,
     v1::EvictSessionResponse* response) {
   absl::Time start = absl::Now();
-  absl::Status status = cache_->EvictSession(*request, response);
+  const Peer caller = ResolvePeer(*context, peers_);
+  absl::Status status = cache_->EvictSession(*request, response, caller);
+  // Named as the operator named it: by handle, or by the id they hold.
+  const std::string& named =
+      request->handle().empty() ? request->session_id() : request->handle();
   if (status.ok()) {
-    events_->Ended(request->session_id(),
-                   absl::StrCat("evicted by ", context->peer()),
-                   response->requests_released());
+    LOG_INFO("session %s evicted by %s: requests_released=%d", named,
+             caller.Describe(), response->requests_released());
+  } else if (absl::IsPermissionDenied(status)) {
+    LOG_WARNING("%s", status.ToString());
   }
   LogCall("EvictSession", context, start, status,
-          absl::StrCat("session=", request->session_id()));
+          absl::StrCat("session=", named));
   return FinishUnary(context, status, observer_, RpcMethod::kEvictSession,
                      start);
 }
@@ -402,12 +456,16 @@ grpc::ServerUnaryReactor* StateCacheAdminGrpcService::Drain(
     grpc::CallbackServerContext* context, const v1::DrainRequest* request,
     v1::DrainResponse* response) {
   absl::Time start = absl::Now();
-  cache_->Drain(*request, response);
-  LOG_INFO("%s by %s: %d requests still admitted",
-           response->draining() ? "draining" : "admitting again",
-           context->peer(), response->requests());
-  return FinishUnary(context, absl::OkStatus(), observer_, RpcMethod::kDrain,
-                     start);
+  const Peer caller = ResolvePeer(*context, peers_);
+  const absl::Status status = cache_->Drain(*request, response, caller);
+  if (status.ok()) {
+    LOG_INFO("%s by %s: %d requests still admitted",
+             response->draining() ? "draining" : "admitting again",
+             caller.Describe(), response->requests());
+  } else {
+    LOG_WARNING("%s", status.ToString());
+  }
+  return FinishUnary(context, status, observer_, RpcMethod::kDrain, start);
 }
 
 const char* RpcMethodName(RpcMethod method) {

@@ -24,6 +24,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "daemon/service/call_tracker.h"
+#include "daemon/service/peer.h"
 #include "daemon/service/rpc_observer.h"
 #include "daemon/service/session_event_log.h"
 #include "daemon/service/state_cache.h"
@@ -31,14 +32,23 @@
 
 namespace statecache {
 
+// The peer a call came from: the credentials `peers` recorded for its
+// connection (Unix sockets and plaintext TCP the daemon accepted itself),
+// else the verified client certificate's identity (TLS), else anonymous.
+// `peers` may be null.
+Peer ResolvePeer(const grpc::CallbackServerContext& context,
+                 const PeerTable* peers);
+
 class StateCacheGrpcService final : public v1::StateCache::CallbackService {
  public:
-  // None is owned; `observer` and `calls` may be null. REQUIRES: all outlive
-  // every call (shut the server down before destroying them). `calls` counts
-  // each Step a stream is serving, from its read to its reply's write.
+  // None is owned; `observer`, `calls` and `peers` may be null. REQUIRES:
+  // all outlive every call (shut the server down before destroying them).
+  // `calls` counts each Step a stream is serving, from its read to its
+  // reply's write; `peers` names the callers (see ResolvePeer).
   StateCacheGrpcService(StateCache* cache, SessionEventLog* events,
                         RpcObserver* observer = nullptr,
-                        CallTracker* calls = nullptr);
+                        CallTracker* calls = nullptr,
+                        const PeerTable* peers = nullptr);
 
   grpc::ServerUnaryReactor* Attach(grpc::CallbackServerContext* context,
                                    const v1::AttachRequest* request,
@@ -63,16 +73,19 @@ class StateCacheGrpcService final : public v1::StateCache::CallbackService {
   SessionEventLog* const events_;
   RpcObserver* const observer_;
   CallTracker* const calls_;
+  const PeerTable* const peers_;
 };
 
 class StateCacheAdminGrpcService final
     : public v1::StateCacheAdmin::CallbackService {
  public:
-  // None is owned; `observer` and `calls` may be null. REQUIRES: all outlive
-  // every call. `calls` counts each Resize call until it is over.
+  // None is owned; `observer`, `calls` and `peers` may be null. REQUIRES:
+  // all outlive every call. `calls` counts each Resize call until it is
+  // over; `peers` names the callers (see ResolvePeer).
   StateCacheAdminGrpcService(StateCache* cache, SessionEventLog* events,
                              RpcObserver* observer = nullptr,
-                             CallTracker* calls = nullptr);
+                             CallTracker* calls = nullptr,
+                             const PeerTable* peers = nullptr);
 
   grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* context,
                                      const v1::GetStatsRequest* request,
@@ -101,6 +114,7 @@ class StateCacheAdminGrpcService final
   SessionEventLog* const events_;
   RpcObserver* const observer_;
   CallTracker* const calls_;
+  const PeerTable* const peers_;
 };
 
 }  // namespace statecache

@@ -18,6 +18,7 @@
 #include "absl/time/time.h"
 #include "daemon/core/slot_memory.h"
 #include "daemon/core/slot_sort.h"
+#include "daemon/service/peer.h"
 
 namespace statecache {
 
@@ -65,7 +66,14 @@ struct PendingMove {
 };
 
 struct Session {
+  // The bearer token: known only to the session's holder.
   std::string id;
+  // What operators name it by ("s" and a number unique to this daemon's
+  // life); not a credential.
+  std::string handle;
+  uint64_t handle_number = 0;
+  // Who attached it: every call naming it must come from the same principal.
+  Peer owner;
   std::string client_name;
   absl::Time attached_at;
   absl::Time last_seen;

@@ -38,9 +38,11 @@ void SessionEventLog::OnSessionEnded(const std::string& session_id,
                                      const std::string& client_name,
                                      SessionEnd how,
                                      int32_t requests_released) {
-  if (how != SessionEnd::kExpired) return;  // the adapter logs the others
+  if (how == SessionEnd::kDetached) return;  // the adapter logs detaches
   absl::MutexLock lock(&mu_);
   client_names_.erase(session_id);
+  // The adapter logs an eviction, as the operator named the session.
+  if (how == SessionEnd::kEvicted) return;
   expiries_.push_back(Expiry{session_id, client_name, requests_released});
 }
 

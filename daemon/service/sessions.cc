@@ -23,9 +23,13 @@ std::string RandomToken() {
 
 // ------------------------------------------------------------------ table
 
-Session& SessionTable::Add(std::string client_name, absl::Time now) {
+Session& SessionTable::Add(std::string client_name, const Peer& owner,
+                           absl::Time now) {
   auto session = std::make_unique<Session>();
   session->id = RandomToken();
+  session->handle_number = ++last_handle_;
+  session->handle = absl::StrCat("s", session->handle_number);
+  session->owner = owner;
   session->client_name = std::move(client_name);
   session->attached_at = session->last_seen = now;
   Session& added = *session;
@@ -36,6 +40,30 @@ Session& SessionTable::Add(std::string client_name, absl::Time now) {
 Session* SessionTable::Get(absl::string_view id) const {
   auto it = sessions_.find(id);
   return it == sessions_.end() ? nullptr : it->second.get();
+}
+
+Session* SessionTable::GetByHandle(absl::string_view handle) const {
+  for (const auto& [id, session] : sessions_) {
+    if (session->handle == handle) return session.get();
+  }
+  return nullptr;
+}
+
+std::vector<const Session*> SessionTable::PageAfter(uint64_t after,
+                                                    size_t limit) const {
+  std::vector<const Session*> page;
+  for (const auto& [id, session] : sessions_) {
+    if (session->handle_number > after) page.push_back(session.get());
+  }
+  const auto by_handle = [](const Session* a, const Session* b) {
+    return a->handle_number < b->handle_number;
+  };
+  if (page.size() > limit) {
+    std::nth_element(page.begin(), page.begin() + limit, page.end(), by_handle);
+    page.resize(limit);
+  }
+  std::sort(page.begin(), page.end(), by_handle);
+  return page;
 }
 
 std::optional<SessionEnd> SessionTable::EndedHow(absl::string_view id) const {

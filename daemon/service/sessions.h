@@ -29,11 +29,13 @@ namespace statecache {
 
 class SessionTable {
  public:
-  // A new session with a fresh random id (a bearer token), its lease
-  // starting at `now`.
-  Session& Add(std::string client_name, absl::Time now);
+  // A new session of `owner` with a fresh random id (a bearer token) and
+  // the next handle, its lease starting at `now`.
+  Session& Add(std::string client_name, const Peer& owner, absl::Time now);
   // The live session `id`, or null.
   Session* Get(absl::string_view id) const;
+  // The live session whose handle is `handle`, or null. O(sessions).
+  Session* GetByHandle(absl::string_view handle) const;
   // How `id` ended, if it ended recently (the last few thousand).
   std::optional<SessionEnd> EndedHow(absl::string_view id) const;
   // Forgets a live session, remembering how it ended.
@@ -52,8 +54,12 @@ class SessionTable {
   std::vector<const Session*> InAttachOrder() const;
   // Live sessions in id order.
   std::vector<const Session*> InIdOrder() const;
+  // Up to `limit` live sessions whose handle number is above `after`, in
+  // handle (that is, attach) order.
+  std::vector<const Session*> PageAfter(uint64_t after, size_t limit) const;
 
  private:
+  uint64_t last_handle_ = 0;
   absl::flat_hash_map<std::string, std::unique_ptr<Session>> sessions_;
   absl::flat_hash_map<std::string, SessionEnd> ended_;
   std::vector<std::string> ended_order_;

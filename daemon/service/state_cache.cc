@@ -124,7 +124,8 @@ void StateCache::AddObserver(StateCacheObserver* observer) {
 
 // ------------------------------------------------------------------ sessions
 
-absl::StatusOr<Session*> StateCache::FindSession(const std::string& id) {
+absl::StatusOr<Session*> StateCache::FindSession(const std::string& id,
+                                                 const Peer& peer) {
   Session* session = sessions_.Get(id);
   if (session == nullptr) {
     if (std::optional<SessionEnd> how = sessions_.EndedHow(id)) {
@@ -132,6 +133,13 @@ absl::StatusOr<Session*> StateCache::FindSession(const std::string& id) {
                                               EndName(*how), "; attach again"));
     }
     return absl::NotFoundError(absl::StrCat("unknown session '", id, "'"));
+  }
+  if (!session->owner.SamePrincipal(peer) &&
+      peer.kind != Peer::Kind::kInProcess) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "session ", session->handle, " belongs to ", session->owner.Principal(),
+        " and this call comes from ", peer.Describe(),
+        ": a session serves only the credentials that attached it"));
   }
   const absl::Time now = clock_->Now();
   if (now - session->last_seen > options_.lease_ttl) {
@@ -178,7 +186,9 @@ absl::StatusOr<int32_t> StateCache::EndSession(const std::string& id,
 }
 
 absl::Status StateCache::Attach(const v1::AttachRequest& request,
-                                v1::AttachResponse* response) {
+                                v1::AttachResponse* response,
+                                const Peer& peer) {
+  RETURN_IF_ERROR(options_.access.CheckAttach(peer));
   const v1::Identity& want = options_.identity;
   const v1::Identity& got = request.identity();
   if (got.model_id() != want.model_id()) {
@@ -231,7 +241,7 @@ absl::Status StateCache::Attach(const v1::AttachRequest& request,
         "--max_sessions=", options_.max_sessions,
         "); detach one or wait for an idle one's lease to lapse"));
   }
-  Session& session = sessions_.Add(request.client_name(), clock_->Now());
+  Session& session = sessions_.Add(request.client_name(), peer, clock_->Now());
   response->set_session_id(session.id);
   response->set_lease_ttl_ms(absl::ToInt64Milliseconds(options_.lease_ttl));
   response->set_epoch(epoch_);
@@ -243,11 +253,13 @@ absl::Status StateCache::Attach(const v1::AttachRequest& request,
 }
 
 absl::Status StateCache::Detach(const v1::DetachRequest& request,
-                                v1::DetachResponse* response) {
+                                v1::DetachResponse* response,
+                                const Peer& peer) {
   std::function<void()> done;
   {
     absl::MutexLock lock(&mu_);
-    ASSIGN_OR_RETURN(Session * session, FindSession(request.session_id()));
+    ASSIGN_OR_RETURN(Session * session,
+                     FindSession(request.session_id(), peer));
     ASSIGN_OR_RETURN(int32_t released,
                      EndSession(session->id, SessionEnd::kDetached));
     response->set_requests_released(released);
@@ -258,26 +270,39 @@ absl::Status StateCache::Detach(const v1::DetachRequest& request,
 }
 
 absl::Status StateCache::KeepAlive(const v1::KeepAliveRequest& request,
-                                   v1::KeepAliveResponse* response) {
+                                   v1::KeepAliveResponse* response,
+                                   const Peer& peer) {
   absl::MutexLock lock(&mu_);
-  RETURN_IF_ERROR(FindSession(request.session_id()).status());
+  RETURN_IF_ERROR(FindSession(request.session_id(), peer).status());
   response->set_epoch(epoch_);
   response->set_lease_ttl_ms(absl::ToInt64Milliseconds(options_.lease_ttl));
   return absl::OkStatus();
 }
 
 absl::Status StateCache::EvictSession(const v1::EvictSessionRequest& request,
-                                      v1::EvictSessionResponse* response) {
+                                      v1::EvictSessionResponse* response,
+                                      const Peer& peer) {
+  RETURN_IF_ERROR(options_.access.CheckAdmin(peer, "EvictSession"));
+  if (!request.handle().empty() && !request.session_id().empty()) {
+    return absl::InvalidArgumentError(
+        "EvictSession names a session by its handle or by its id, not both");
+  }
   std::function<void()> done;
   {
     absl::MutexLock lock(&mu_);
-    if (sessions_.Get(request.session_id()) == nullptr) {
+    const Session* session = request.handle().empty()
+                                 ? sessions_.Get(request.session_id())
+                                 : sessions_.GetByHandle(request.handle());
+    if (session == nullptr) {
       return absl::NotFoundError(
-          absl::StrCat("unknown session '", request.session_id(), "'"));
+          request.handle().empty()
+              ? absl::StrCat("unknown session '", request.session_id(), "'")
+              : absl::StrCat("no attached session has handle '",
+                             request.handle(), "'"));
     }
     counters_.set_sessions_evicted(counters_.sessions_evicted() + 1);
     ASSIGN_OR_RETURN(int32_t released,
-                     EndSession(request.session_id(), SessionEnd::kEvicted));
+                     EndSession(session->id, SessionEnd::kEvicted));
     response->set_requests_released(released);
     done = AdvanceResize();
   }
@@ -288,7 +313,7 @@ absl::Status StateCache::EvictSession(const v1::EvictSessionRequest& request,
 // ------------------------------------------------------------------ step
 
 absl::Status StateCache::Step(const v1::StepRequest& request,
-                              v1::StepResponse* response) {
+                              v1::StepResponse* response, const Peer& peer) {
   // Everything that can refuse the whole step is checked before the lock.
   const bool packed = request.has_packed();
   const int n =
@@ -315,7 +340,8 @@ absl::Status StateCache::Step(const v1::StepRequest& request,
   std::function<void()> done;
   {
     absl::MutexLock lock(&mu_);
-    ASSIGN_OR_RETURN(Session * session, FindSession(request.session_id()));
+    ASSIGN_OR_RETURN(Session * session,
+                     FindSession(request.session_id(), peer));
     response->set_epoch(epoch_);
     RunOperations(*session, request, response);
     // A pass may have released the pins a shrink is waiting on.
@@ -421,7 +447,13 @@ void StateCache::FillMemory(v1::StateMemory* memory) const {
 
 // ------------------------------------------------------------------ resize
 
-void StateCache::Resize(const v1::ResizeRequest& request, ResizeDone done) {
+void StateCache::Resize(const v1::ResizeRequest& request, ResizeDone done,
+                        const Peer& peer) {
+  if (absl::Status denied = options_.access.CheckAdmin(peer, "Resize");
+      !denied.ok()) {
+    done(std::move(denied), v1::ResizeResponse());
+    return;
+  }
   v1::ResizeResponse response;
   absl::Status status;
   std::function<void()> finished;
@@ -535,12 +567,14 @@ void StateCache::SetDraining(bool draining) {
   draining_ = draining;
 }
 
-void StateCache::Drain(const v1::DrainRequest& request,
-                       v1::DrainResponse* response) {
+absl::Status StateCache::Drain(const v1::DrainRequest& request,
+                               v1::DrainResponse* response, const Peer& peer) {
+  RETURN_IF_ERROR(options_.access.CheckAdmin(peer, "Drain"));
   absl::MutexLock lock(&mu_);
   draining_ = !request.resume();
   response->set_draining(draining_);
   response->set_requests(sessions_.NumRequests());
+  return absl::OkStatus();
 }
 
 }  // namespace statecache

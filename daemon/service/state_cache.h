@@ -35,8 +35,10 @@
 #include "absl/types/span.h"
 #include "daemon/core/slot_memory.h"
 #include "daemon/device/device.h"
+#include "daemon/service/access_policy.h"
 #include "daemon/service/cycle_clock.h"
 #include "daemon/service/operations.h"
+#include "daemon/service/peer.h"
 #include "daemon/service/resize.h"
 #include "daemon/service/session.h"
 #include "daemon/service/sessions.h"
@@ -75,6 +77,9 @@ struct StateCacheOptions {
   // before anyone else gets them (its hung engine's forward may still be
   // writing them); zero releases them at once, as a detach does.
   absl::Duration quarantine = absl::ZeroDuration();
+  // Who may attach and who may make the operator calls; the default lets
+  // everyone (in-process callers are always let).
+  AccessPolicy access;
   // Changes on every daemon start; 0 = NewEpoch(clock->Now()).
   uint64_t epoch = 0;
   Clock* clock = nullptr;  // nullptr = Clock::Real()
@@ -121,51 +126,77 @@ class StateCache {
   StateCache& operator=(const StateCache&) = delete;
 
   uint64_t epoch() const { return epoch_; }
+  const AccessPolicy& access() const { return options_.access; }
 
   // Not owned; must outlive this. Added before serving (not thread-safe
   // against calls in flight).
   void AddObserver(StateCacheObserver* observer) ABSL_LOCKS_EXCLUDED(mu_);
 
   // ----------------------------------------------------------- scheduler
+  //
+  // Every call takes the `peer` it came from (the adapter's listeners
+  // establish it; in-process callers are Peer::InProcess()). A session is
+  // bound to the peer that attached it: a call naming it from another
+  // principal is PERMISSION_DENIED, changes nothing and does not renew its
+  // lease.
 
-  // Errors: FAILED_PRECONDITION (identity mismatch, message names the
-  // field), INVALID_ARGUMENT (client_name too long), UNAVAILABLE (draining),
+  // Errors: PERMISSION_DENIED (the peer is not in --attach_allow),
+  // FAILED_PRECONDITION (identity mismatch, message names the field),
+  // INVALID_ARGUMENT (client_name too long), UNAVAILABLE (draining),
   // RESOURCE_EXHAUSTED (max_sessions attached).
   absl::Status Attach(const v1::AttachRequest& request,
-                      v1::AttachResponse* response) ABSL_LOCKS_EXCLUDED(mu_);
-  // Errors: NOT_FOUND (unknown or expired session).
+                      v1::AttachResponse* response,
+                      const Peer& peer = Peer::InProcess())
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Errors: NOT_FOUND (unknown or expired session), PERMISSION_DENIED
+  // (another principal's session).
   absl::Status Detach(const v1::DetachRequest& request,
-                      v1::DetachResponse* response) ABSL_LOCKS_EXCLUDED(mu_);
+                      v1::DetachResponse* response,
+                      const Peer& peer = Peer::InProcess())
+      ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status KeepAlive(const v1::KeepAliveRequest& request,
-                         v1::KeepAliveResponse* response)
+                         v1::KeepAliveResponse* response,
+                         const Peer& peer = Peer::InProcess())
       ABSL_LOCKS_EXCLUDED(mu_);
   // Runs the step's operations, given as a list (`operations`, results in
   // response->results) or packed (`packed`, results in
   // response->packed_results): the same Apply for either. Per-operation
   // refusals go into the results; the returned status is non-OK only when
   // the whole step is refused, before anything ran (NOT_FOUND session;
-  // INVALID_ARGUMENT too many operations, an empty operation, both forms, or
-  // malformed packed columns).
-  absl::Status Step(const v1::StepRequest& request, v1::StepResponse* response)
+  // PERMISSION_DENIED another principal's session; INVALID_ARGUMENT too many
+  // operations, an empty operation, both forms, or malformed packed
+  // columns).
+  absl::Status Step(const v1::StepRequest& request, v1::StepResponse* response,
+                    const Peer& peer = Peer::InProcess())
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // ----------------------------------------------------------- operator
+  //
+  // All but GetStats are PERMISSION_DENIED, changing nothing, to a peer
+  // that --admin_allow does not name.
 
   void GetStats(v1::GetStatsResponse* response) ABSL_LOCKS_EXCLUDED(mu_);
-  void ListSessions(v1::ListSessionsResponse* response)
+  // A page of sessions in attach order, by handle; never their ids.
+  // Errors: PERMISSION_DENIED; INVALID_ARGUMENT (bad page_token or a
+  // negative page_size).
+  absl::Status ListSessions(const v1::ListSessionsRequest& request,
+                            v1::ListSessionsResponse* response,
+                            const Peer& peer = Peer::InProcess())
       ABSL_LOCKS_EXCLUDED(mu_);
-  // Errors: NOT_FOUND.
+  // Errors: PERMISSION_DENIED; INVALID_ARGUMENT (both handle and
+  // session_id); NOT_FOUND (no such session, or neither given).
   absl::Status EvictSession(const v1::EvictSessionRequest& request,
-                            v1::EvictSessionResponse* response)
+                            v1::EvictSessionResponse* response,
+                            const Peer& peer = Peer::InProcess())
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // Starts a resize; `done` runs exactly once (possibly before Resize
   // returns, possibly from a later Step, Tick or ~StateCache), without the
-  // mutex held, with the outcome. Errors (through `done`): INVALID_ARGUMENT,
-  // ABORTED (another resize in progress), DEADLINE_EXCEEDED, CANCELLED (the
-  // daemon is shutting down).
-  void Resize(const v1::ResizeRequest& request, ResizeDone done)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // mutex held, with the outcome. Errors (through `done`): PERMISSION_DENIED,
+  // INVALID_ARGUMENT, ABORTED (another resize in progress),
+  // DEADLINE_EXCEEDED, CANCELLED (the daemon is shutting down).
+  void Resize(const v1::ResizeRequest& request, ResizeDone done,
+              const Peer& peer = Peer::InProcess()) ABSL_LOCKS_EXCLUDED(mu_);
 
   // ----------------------------------------------------------- housekeeping
 
@@ -178,7 +209,10 @@ class StateCache {
   // Stops admitting (Attach UNAVAILABLE, admit FAILED_PRECONDITION) when on.
   void SetDraining(bool draining) ABSL_LOCKS_EXCLUDED(mu_);
   // Drain RPC: sets draining and reports it with the requests still held.
-  void Drain(const v1::DrainRequest& request, v1::DrainResponse* response)
+  // Errors: PERMISSION_DENIED.
+  absl::Status Drain(const v1::DrainRequest& request,
+                     v1::DrainResponse* response,
+                     const Peer& peer = Peer::InProcess())
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // For tests: the pool's observable state and invariants.
@@ -195,10 +229,11 @@ class StateCache {
  private:
   explicit StateCache(StateCacheOptions options, SlotMemory memory);
 
-  // The live session `id` with its lease renewed; a lapsed one is ended
-  // here (the maintenance thread had not got to it yet).
-  // Errors: NOT_FOUND, saying how a recently ended session ended.
-  absl::StatusOr<Session*> FindSession(const std::string& id)
+  // The live session `id` of `peer`'s principal with its lease renewed; a
+  // lapsed one is ended here (the maintenance thread had not got to it
+  // yet). Errors: NOT_FOUND, saying how a recently ended session ended;
+  // PERMISSION_DENIED (another principal's: nothing changes).
+  absl::StatusOr<Session*> FindSession(const std::string& id, const Peer& peer)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Returns everything the session holds, tells the observers, forgets it.
   // Returns how many requests were released.

@@ -5,6 +5,8 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "daemon/common/status_macros.h"
@@ -50,20 +52,45 @@ void StateCache::GetStats(v1::GetStatsResponse* response) {
   }
 }
 
-void StateCache::ListSessions(v1::ListSessionsResponse* response) {
+absl::Status StateCache::ListSessions(const v1::ListSessionsRequest& request,
+                                      v1::ListSessionsResponse* response,
+                                      const Peer& peer) {
+  RETURN_IF_ERROR(options_.access.CheckAdmin(peer, "ListSessions"));
+  constexpr int32_t kDefaultPageSize = 100;
+  constexpr int32_t kMaxPageSize = 1000;
+  if (request.page_size() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("page_size is ", request.page_size(), "; at least 0"));
+  }
+  const int32_t page_size = request.page_size() == 0
+                                ? kDefaultPageSize
+                                : std::min(request.page_size(), kMaxPageSize);
+  // The token is the last handle number of the previous page: sessions
+  // attached or ended between pages neither repeat nor shift the rest.
+  uint64_t after = 0;
+  if (!request.page_token().empty() &&
+      !absl::SimpleAtoi(request.page_token(), &after)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "page_token '", absl::CHexEscape(request.page_token()),
+        "' is not one this daemon handed out; start again with none"));
+  }
   absl::MutexLock lock(&mu_);
   const absl::Time now = clock_->Now();
-  for (const Session* session : sessions_.InAttachOrder()) {
+  // One more than the page, to know whether another follows.
+  std::vector<const Session*> page =
+      sessions_.PageAfter(after, static_cast<size_t>(page_size) + 1);
+  if (page.size() > static_cast<size_t>(page_size)) {
+    page.pop_back();
+    response->set_next_page_token(absl::StrCat(page.back()->handle_number));
+  }
+  response->set_total_sessions(static_cast<int32_t>(sessions_.size()));
+  for (const Session* session : page) {
     v1::SessionInfo* info = response->add_sessions();
-    info->set_session_id(session->id);
+    info->set_handle(session->handle);
+    info->set_principal(session->owner.Principal());
     info->set_client_name(session->client_name);
     info->set_requests(static_cast<int64_t>(session->requests.size()));
-    int64_t slots = 0;
-    for (const auto& [rid, request] : session->requests) {
-      slots += static_cast<int64_t>(request->slots.size() +
-                                    request->reservations.size());
-    }
-    info->set_slots(slots);
+    info->set_slots(session->held_slots);
     int64_t pins = 0;
     for (const auto& [slot, pin] : session->pins) pins += pin.count;
     info->set_pins(pins);
@@ -74,6 +101,7 @@ void StateCache::ListSessions(v1::ListSessionsResponse* response) {
         0, absl::ToInt64Milliseconds(session->last_seen + options_.lease_ttl -
                                      now)));
   }
+  return absl::OkStatus();
 }
 
 PoolSnapshot StateCache::DumpPool() const {

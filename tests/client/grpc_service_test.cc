@@ -455,9 +455,9 @@ TEST_F(GrpcServiceTest, StatsSessionsAndEvict) {
   ASSERT_EQ(sessions->size(), 1u);
   EXPECT_EQ((*sessions)[0].client_name, "sched");
   EXPECT_EQ((*sessions)[0].requests, 1);
-  EXPECT_EQ((*sessions)[0].session_id, scheduler->session()->session_id);
+  EXPECT_EQ((*sessions)[0].handle, "s1");
 
-  auto evicted = admin->EvictSession((*sessions)[0].session_id);
+  auto evicted = admin->EvictSession((*sessions)[0].handle);
   ASSERT_TRUE(evicted.ok()) << evicted.status();
   EXPECT_EQ(*evicted, 1);
   EXPECT_TRUE(absl::IsNotFound(admin->EvictSession("nope").status()));

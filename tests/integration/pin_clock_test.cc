@@ -48,8 +48,8 @@ class PinClockTest : public ::testing::Test {
     std::pair<int64_t, int64_t> pins{-1, -1};
     if (!sessions.ok()) return pins;
     for (const SessionSummary& s : *sessions) {
-      if (s.session_id == a_id_) pins.first = s.pins;
-      if (s.session_id == b_id_) pins.second = s.pins;
+      if (s.client_name == "clock-a") pins.first = s.pins;
+      if (s.client_name == "clock-b") pins.second = s.pins;
     }
     return pins;
   }

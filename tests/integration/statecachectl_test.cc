@@ -1,6 +1,8 @@
 // statecachectl run as an operator runs it, against a live daemon: every
 // command, its output (tables and --json), its exit codes, and that resize
 // and evict really act on the daemon.
+#include <unistd.h>
+
 #include <string>
 #include <vector>
 
@@ -118,8 +120,10 @@ TEST_F(StatecachectlTest, StatsJsonMatchesGetStats) {
 TEST_F(StatecachectlTest, SessionsListsTheAttachedScheduler) {
   CommandResult r = Ctl({"sessions"});
   ASSERT_TRUE(ExitedWith(r, 0)) << r.exit.ToString() << "\n" << r.err;
-  EXPECT_TRUE(absl::StrContains(r.out, session_.session_id)) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "s1 ")) << r.out;
   EXPECT_TRUE(absl::StrContains(r.out, "ctl-subject")) << r.out;
+  // A session's id is its holder's secret: never listed.
+  EXPECT_FALSE(absl::StrContains(r.out, session_.session_id)) << r.out;
 
   r = Ctl({"--json", "sessions"});
   ASSERT_TRUE(ExitedWith(r, 0)) << r.err;
@@ -127,7 +131,10 @@ TEST_F(StatecachectlTest, SessionsListsTheAttachedScheduler) {
   ASSERT_FALSE(j.is_discarded()) << r.out;
   ASSERT_EQ(j["sessions"].size(), 1u) << r.out;
   const nlohmann::json& s = j["sessions"][0];
-  EXPECT_EQ(s["session_id"].get<std::string>(), session_.session_id);
+  EXPECT_EQ(s["handle"].get<std::string>(), "s1");
+  EXPECT_FALSE(s.contains("session_id")) << r.out;
+  EXPECT_EQ(s["principal"].get<std::string>(),
+            absl::StrCat("uid:", ::geteuid()));
   EXPECT_EQ(s["client_name"].get<std::string>(), "ctl-subject");
   EXPECT_EQ(s["requests"].get<int64_t>(), 2);
   EXPECT_EQ(s["slots"].get<int64_t>(), 2 * kWidth);
@@ -165,9 +172,9 @@ TEST_F(StatecachectlTest, ResizeGrowsAndShrinksThePool) {
 }
 
 TEST_F(StatecachectlTest, EvictEndsTheSession) {
-  CommandResult r = Ctl({"evict", session_.session_id});
+  CommandResult r = Ctl({"evict", "s1"});
   ASSERT_TRUE(ExitedWith(r, 0)) << r.exit.ToString() << "\n" << r.err;
-  EXPECT_TRUE(absl::StrContains(r.out, session_.session_id)) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "s1")) << r.out;
   EXPECT_TRUE(absl::StrContains(r.out, "2 requests released")) << r.out;
   auto stats = client_->GetStats();
   ASSERT_TRUE(stats.ok());
@@ -183,7 +190,7 @@ TEST_F(StatecachectlTest, EvictEndsTheSession) {
   EXPECT_TRUE(client_->lease_lost());
 
   // Evicting it again, or anything unknown: exit 1, NOT_FOUND on stderr.
-  for (const std::string& id : {session_.session_id, std::string("nobody")}) {
+  for (const std::string& id : {std::string("s1"), std::string("nobody")}) {
     r = Ctl({"evict", id});
     EXPECT_TRUE(ExitedWith(r, 1)) << r.exit.ToString();
     EXPECT_TRUE(absl::StrContains(r.err, "NOT_FOUND")) << r.err;
@@ -191,7 +198,7 @@ TEST_F(StatecachectlTest, EvictEndsTheSession) {
   }
   r = Ctl({"sessions"});
   ASSERT_TRUE(ExitedWith(r, 0));
-  EXPECT_FALSE(absl::StrContains(r.out, session_.session_id)) << r.out;
+  EXPECT_FALSE(absl::StrContains(r.out, "s1 ")) << r.out;
 }
 
 TEST_F(StatecachectlTest, DrainStopsAdmittingAndResumeRestartsIt) {

@@ -153,11 +153,15 @@ inline std::string Visible(StateCache& cache) {
   v1::GetStatsResponse stats;
   cache.GetStats(&stats);
   stats.clear_uptime_seconds();
+  v1::ListSessionsRequest list;
+  list.set_page_size(1000);
   v1::ListSessionsResponse sessions;
-  cache.ListSessions(&sessions);
   std::string out = stats.ShortDebugString();
+  if (absl::Status st = cache.ListSessions(list, &sessions); !st.ok()) {
+    absl::StrAppend(&out, " | ListSessions: ", st.ToString());
+  }
   for (const v1::SessionInfo& s : sessions.sessions()) {
-    absl::StrAppend(&out, " | ", s.session_id(), " requests=", s.requests(),
+    absl::StrAppend(&out, " | ", s.handle(), " requests=", s.requests(),
                     " slots=", s.slots(), " pins=", s.pins());
   }
   absl::StrAppend(&out, "\n", cache.DebugDump());

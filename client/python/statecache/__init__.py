@@ -62,7 +62,8 @@ The raw generated stubs are ``statecache.v1.statecache_pb2`` and
 
 from ._errors import (Aborted, AlreadyExists, DeadlineExceeded, EpochChanged,
                       Error, FailedPrecondition, Internal, InvalidArgument,
-                      LeaseLost, NotFound, ResourceExhausted, Unavailable)
+                      LeaseLost, NotFound, PermissionDenied,
+                      ResourceExhausted, Unavailable)
 from ._memory import (StateMemory, StateTensor, TensorPlacement, cuda_views,
                       numpy_dtype, open_gpu_region, torch_dtype)
 from ._step import (AdmitResult, AdoptForkSourceResult, BeginPassResult,
@@ -101,7 +102,7 @@ __all__ = [
     "open_gpu_region", "numpy_dtype", "torch_dtype",
     # errors
     "Error", "InvalidArgument", "NotFound", "AlreadyExists",
-    "ResourceExhausted", "FailedPrecondition", "Aborted",
+    "ResourceExhausted", "PermissionDenied", "FailedPrecondition", "Aborted",
     "DeadlineExceeded", "Unavailable", "Internal", "LeaseLost",
     "EpochChanged",
 ]

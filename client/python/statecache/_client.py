@@ -120,7 +120,12 @@ class Stats:
 class SessionInfo:
     """One attached session as ListSessions reports it."""
 
+    # Always empty: a session's id is its holder's secret. Operators name
+    # sessions by `handle`.
     session_id: str = ""
+    handle: str = ""
+    # Who attached it: "uid:N", "x509:NAME", "anonymous".
+    principal: str = ""
     client_name: str = ""
     requests: int = 0
     slots: int = 0
@@ -648,9 +653,17 @@ class Admin:
         return _plain(Stats, self._call("GetStats", _pb.GetStatsRequest()))
 
     def sessions(self):
-        """Every attached session, a list of :class:`SessionInfo`."""
-        response = self._call("ListSessions", _pb.ListSessionsRequest())
-        return [_plain(SessionInfo, s) for s in response.sessions]
+        """Every attached session, a list of :class:`SessionInfo` in attach
+        order (the daemon's pages, read one after another). Raises
+        PermissionDenied unless this peer is an operator (--admin_allow)."""
+        sessions = []
+        request = _pb.ListSessionsRequest(page_size=1000)
+        while True:
+            response = self._call("ListSessions", request)
+            sessions.extend(_plain(SessionInfo, s) for s in response.sessions)
+            if not response.next_page_token:
+                return sessions
+            request.page_token = response.next_page_token
 
     def resize(self, n, deadline=None):
         """Grows or shrinks the pool to `n` slots; returns a
@@ -668,11 +681,13 @@ class Admin:
             target_slots=n, deadline_ms=deadline_ms), timeout=wait)
         return _plain(ResizeResult, response)
 
-    def evict(self, session_id):
-        """Ends a session as if its lease had lapsed; returns the requests
-        released. Raises NotFound for an unknown session."""
+    def evict(self, handle):
+        """Ends the session with this handle (:attr:`SessionInfo.handle`)
+        as if its lease had lapsed; returns the requests released. Raises
+        NotFound for an unknown session, PermissionDenied unless this peer
+        is an operator."""
         response = self._call("EvictSession",
-                              _pb.EvictSessionRequest(session_id=session_id))
+                              _pb.EvictSessionRequest(handle=handle))
         return response.requests_released
 
     def drain(self, resume=False):

@@ -80,6 +80,15 @@ class ResourceExhausted(Error):
     code = grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
+class PermissionDenied(Error):
+    """PERMISSION_DENIED: this peer may not make the call: an operator call
+    from a peer --admin_allow does not name, an Attach --attach_allow
+    refuses, or a session another principal attached (a session serves only
+    the credentials that attached it)."""
+
+    code = grpc.StatusCode.PERMISSION_DENIED
+
+
 class FailedPrecondition(Error):
     """FAILED_PRECONDITION: the identity differs from the daemon's (the
     message names the field)."""
@@ -139,8 +148,8 @@ class EpochChanged(LeaseLost):
 _BY_CODE = {
     cls.code: cls
     for cls in (InvalidArgument, NotFound, AlreadyExists, ResourceExhausted,
-                FailedPrecondition, Aborted, DeadlineExceeded, Unavailable,
-                Internal)
+                PermissionDenied, FailedPrecondition, Aborted,
+                DeadlineExceeded, Unavailable, Internal)
 }
 # google.rpc.Code numbers (OperationResult.code, StepResponse.error_code).
 _STATUS_BY_NUMBER = {status.value[0]: status for status in grpc.StatusCode}

@@ -60,7 +60,7 @@ def test_step_on_a_detached_session_is_not_found(client):
 
 
 def test_evicted_session_raises_lease_lost(client, session):
-    assert client.admin.evict(session.session_id) == 0
+    assert client.admin.evict("s1") == 0
     with pytest.raises(statecache.LeaseLost) as e:
         session.step().begin_pass().send()
     assert not isinstance(e.value, statecache.EpochChanged)
@@ -172,7 +172,9 @@ def test_admin_stats_sessions_resize(client, session):
     assert stats.transfer.kind == "fork"
     assert stats.backend == "none"
     sessions = client.admin.sessions()
-    assert [s.session_id for s in sessions] == [session.session_id]
+    assert [s.handle for s in sessions] == ["s1"]
+    assert sessions[0].session_id == ""  # the holder's secret
+    assert sessions[0].principal == "uid:%d" % os.geteuid()
     assert sessions[0].client_name == "pytest"
     assert 0 < sessions[0].lease_remaining_ms <= 10000
 

@@ -77,7 +77,7 @@ def test_renewal_thread_finds_an_eviction(start_daemon):
     with statecache.Client.connect(daemon.address) as client:
         session = attach(client)
         assert session.lease_ttl == pytest.approx(0.3)
-        client.admin.evict(session.session_id)
+        client.admin.evict(client.admin.sessions()[0].handle)
         # The thread renews every 0.1 s; its NOT_FOUND marks the session.
         assert session._lost_event.wait(5)
         assert isinstance(session.lost, statecache.LeaseLost)

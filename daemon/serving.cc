@@ -1,0 +1,151 @@
+#include "daemon/serving.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/security/server_credentials.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "daemon/common/status_macros.h"
+#include "daemon/listen_address.h"
+#include "daemon/service/log.h"
+
+namespace statecache {
+namespace {
+
+absl::StatusOr<std::string> ReadPem(const std::string& path,
+                                    absl::string_view flag) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  if (!in.good() && !in.eof()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, "=", path, ": cannot be read"));
+  }
+  if (text.str().find("-----BEGIN ") == std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--", flag, "=", path, ": not a PEM file (or cannot be read)"));
+  }
+  return text.str();
+}
+
+// The server's TLS credentials, or null for plaintext. Checks the flags
+// against the address first.
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> TlsCredentials(
+    const ServingOptions& options) {
+  const bool tcp = IsTcpAddress(options.listen);
+  const bool tls = !options.tls_cert.empty() || !options.tls_key.empty();
+  if (options.tls_cert.empty() != options.tls_key.empty()) {
+    return absl::InvalidArgumentError(
+        "--tls_cert and --tls_key go together: give both or neither");
+  }
+  if (!options.tls_client_ca.empty() && !tls) {
+    return absl::InvalidArgumentError(
+        "--tls_client_ca needs --tls_cert and --tls_key");
+  }
+  if (tls && !tcp) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "TLS flags given, but ", options.listen,
+        " is a Unix socket: TLS is for TCP (a Unix socket's peers are "
+        "identified by the kernel)"));
+  }
+  if (tls && options.insecure_tcp) {
+    return absl::InvalidArgumentError(
+        "--insecure_tcp and TLS flags contradict each other: choose one");
+  }
+  if (tcp && !tls && !options.insecure_tcp) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "TCP address ", options.listen,
+        " without TLS: give --tls_cert and --tls_key (and --tls_client_ca "
+        "to require client certificates), or --insecure_tcp to serve "
+        "plaintext knowingly"));
+  }
+  if (!tls) return std::shared_ptr<grpc::ServerCredentials>();
+  grpc::SslServerCredentialsOptions ssl(
+      options.tls_client_ca.empty()
+          ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+          : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
+  ASSIGN_OR_RETURN(pair.private_key, ReadPem(options.tls_key, "tls_key"));
+  ASSIGN_OR_RETURN(pair.cert_chain, ReadPem(options.tls_cert, "tls_cert"));
+  ssl.pem_key_cert_pairs.push_back(std::move(pair));
+  if (!options.tls_client_ca.empty()) {
+    ASSIGN_OR_RETURN(ssl.pem_root_certs,
+                     ReadPem(options.tls_client_ca, "tls_client_ca"));
+  }
+  return grpc::SslServerCredentials(ssl);
+}
+
+}  // namespace
+
+bool IsTcpAddress(const std::string& address) {
+  return !UnixSocketPath(address).has_value() &&
+         !absl::StartsWith(address, "unix-abstract:");
+}
+
+absl::StatusOr<std::unique_ptr<Serving>> Serving::Start(
+    const ServingOptions& options,
+    std::initializer_list<grpc::Service*> services, PeerTable* peers) {
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> tls,
+                   TlsCredentials(options));
+  if (IsTcpAddress(options.listen) && tls == nullptr) {
+    LOG_WARNING(
+        "serving plaintext TCP on %s (--insecure_tcp): NO encryption and NO "
+        "authentication. Anyone who can reach it can attach, use any session "
+        "whose id they see on the wire, and read the traffic; its peers are "
+        "anonymous, so the operator calls are refused over it.",
+        options.listen);
+  }
+  std::unique_ptr<Serving> serving(new Serving());
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  // No listening port of gRPC's own: the gate accepts and hands over.
+  if (tls != nullptr) {
+    serving->tls_ = builder.experimental().AddExternalConnectionAcceptor(
+        grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD,
+        tls);
+  }
+  builder.SetMaxReceiveMessageSize(options.max_message_bytes);
+  builder.SetMaxSendMessageSize(options.max_message_bytes);
+  for (grpc::Service* service : services) builder.RegisterService(service);
+  serving->server_ = builder.BuildAndStart();
+  if (serving->server_ == nullptr) {
+    return absl::UnavailableError("gRPC could not start its server");
+  }
+  absl::StatusOr<ListeningSocket> socket = Listen(options.listen);
+  if (!socket.ok()) {
+    serving->server_->Shutdown(absl::ToChronoTime(absl::Now()));
+    return socket.status();
+  }
+  if (!socket->path.empty() && ::chmod(socket->path.c_str(), 0660) != 0) {
+    LOG_WARNING("chmod 0660 %s: %s", socket->path, std::strerror(errno));
+  }
+  serving->address_ = EffectiveAddress(options.listen, socket->port);
+  std::vector<ListeningSocket> listeners;
+  listeners.push_back(*std::move(socket));
+  serving->gate_ = std::make_unique<ConnectionGate>(
+      serving->server_.get(), peers, serving->tls_.get(), std::move(listeners),
+      ConnectionGate::Options{.max_connections = options.max_connections});
+  RETURN_IF_ERROR(serving->gate_->Start());
+  return serving;
+}
+
+Serving::~Serving() { Stop(absl::Now()); }
+
+void Serving::Stop(absl::Time deadline) {
+  if (stopped_) return;
+  stopped_ = true;
+  if (gate_ != nullptr) gate_->Stop();
+  if (server_ != nullptr) server_->Shutdown(absl::ToChronoTime(deadline));
+}
+
+}  // namespace statecache
