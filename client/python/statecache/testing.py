@@ -19,6 +19,8 @@ The pytest fixtures in client/python/tests/conftest.py are built on it.
 
 import json
 import os
+import re
+import resource
 import select
 import shutil
 import signal
@@ -58,6 +60,10 @@ class Daemon:
         directory: where the socket and log go (default: a fresh temporary
             directory, removed by :meth:`close`).
         ready_timeout: seconds to wait for "ready" before giving up.
+        listen: the --listen address instead of the directory's socket
+            (e.g. ``127.0.0.1:0``: :attr:`address` is then the one the
+            daemon logged, with the port it picked).
+        max_open_files: if set, the daemon's RLIMIT_NOFILE (soft and hard).
 
     Attributes:
         address: the gRPC address (``unix:...``).
@@ -67,13 +73,15 @@ class Daemon:
     """
 
     def __init__(self, flags=(), binary=None, layout=None, directory=None,
-                 ready_timeout=30.0):
+                 ready_timeout=30.0, listen=None, max_open_files=None):
         self.binary = statecached_binary(binary)
         self._own_directory = directory is None
         self.directory = directory or tempfile.mkdtemp(
             prefix="statecache-test-")
         self.socket = os.path.join(self.directory, "statecached.sock")
-        self.address = "unix:" + self.socket
+        self.listen = listen or "unix:" + self.socket
+        self.address = self.listen
+        self.max_open_files = max_open_files
         self.log_path = os.path.join(self.directory, "statecached.log")
         self.flags = list(flags)
         if layout is not None:
@@ -113,10 +121,10 @@ class Daemon:
         try:
             with open(self.log_path, "ab") as log:
                 self.process = subprocess.Popen(
-                    [self.binary, "--listen=" + self.address,
+                    [self.binary, "--listen=" + self.listen,
                      "--ready_fd=%d" % write_end] + self.flags,
                     stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                    pass_fds=(write_end,))
+                    pass_fds=(write_end,), preexec_fn=self._limit)
             os.close(write_end)
             write_end = -1
             got = b""
@@ -140,10 +148,19 @@ class Daemon:
                 got += chunk
             if got != b"ready\n":
                 raise RuntimeError("statecached's ready_fd said %r" % got)
+            # The address as logged: with the port a TCP :0 listen picked.
+            found = re.findall(r"listening on (\S+) epoch=", self.log())
+            if found:
+                self.address = found[-1]
         finally:
             os.close(read_end)
             if write_end >= 0:
                 os.close(write_end)
+
+    def _limit(self):
+        if self.max_open_files is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE,
+                               (self.max_open_files, self.max_open_files))
 
     def stop(self, timeout=10.0):
         """SIGTERM, then waits; returns the exit code (SIGKILL after
