@@ -467,6 +467,7 @@ absl::StatusOr<SessionInfo> Client::Attach(const ModelIdentity& identity,
       .num_slots = response.num_slots(),
       .transfer = FromProto(response.transfer()),
       .max_operations_per_step = response.max_operations_per_step(),
+      .max_hashes_per_step = response.max_hashes_per_step(),
       .state_memory = response.has_memory()
                           ? response.memory().SerializeAsString()
                           : std::string()};

@@ -96,6 +96,8 @@ struct SessionInfo {
   int64_t num_slots = 0;
   TransferConfig transfer;
   int32_t max_operations_per_step = 0;
+  // Hashes one Step may carry over all its operations.
+  int64_t max_hashes_per_step = 0;
   // The state memory, as a serialized statecache.v1.StateMemory; empty when
   // the daemon keeps none. RegionFromStateMemory (client/state_memory.h)
   // turns it into the typed view (layout, every placement) that

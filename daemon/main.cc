@@ -123,6 +123,10 @@ ABSL_FLAG(int32_t, num_spec, 0,
 ABSL_FLAG(absl::Duration, lease_ttl, absl::Seconds(10),
           "A session not heard from for this long is expired.");
 ABSL_FLAG(int32_t, max_ops_per_step, 4096, "Operations one Step may carry.");
+ABSL_FLAG(int64_t, max_hashes_per_step, 65536,
+          "Hashes one Step may carry over all its operations (block hashes, "
+          "reservation positions, unindexed hashes): bounds how long one "
+          "session's Step can delay another's.");
 ABSL_FLAG(int64_t, max_slots_per_session, 0,
           "Slots one session's requests may hold at once (slots and midstep "
           "reservations); an admit or reserve past it is refused "
@@ -254,6 +258,7 @@ absl::StatusOr<StateCacheOptions> OptionsFromFlags() {
         "--max_slots_per_session and --max_sessions must be >= 0 (0: none)");
   }
   options.max_operations_per_step = absl::GetFlag(FLAGS_max_ops_per_step);
+  options.max_hashes_per_step = absl::GetFlag(FLAGS_max_hashes_per_step);
   if (options.max_operations_per_step < 1) {
     return absl::InvalidArgumentError("--max_ops_per_step must be >= 1");
   }

@@ -10,6 +10,21 @@
 #include "daemon/common/status_macros.h"
 
 namespace statecache {
+
+int64_t HashListLength(const v1::Operation& operation) {
+  switch (operation.kind_case()) {
+    case v1::Operation::kAdmit:
+      return operation.admit().block_hashes_size();
+    case v1::Operation::kResumableHit:
+      return operation.resumable_hit().block_hashes_size();
+    case v1::Operation::kReserve:
+      return operation.reserve().positions_size();
+    case v1::Operation::kUnindex:
+      return operation.unindex().hashes_size();
+    default:
+      return 0;
+  }
+}
 namespace {
 
 constexpr size_t kMaxIdBytes = 256;

@@ -24,6 +24,10 @@
 
 namespace statecache {
 
+// The length of the operation's hash list (admit's and resumable_hit's
+// block_hashes, reserve's positions, unindex's hashes); 0 for the others.
+int64_t HashListLength(const v1::Operation& operation);
+
 // The counters the service keeps (resumes, lease expiries, evictions) are
 // kept in the GetStats message itself, so their list lives only in the
 // .proto: GetStats starts its response from them.

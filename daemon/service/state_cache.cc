@@ -68,6 +68,9 @@ absl::StatusOr<std::unique_ptr<StateCache>> StateCache::Create(
   if (options.lease_ttl <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("lease_ttl must be positive");
   }
+  if (options.max_hashes_per_step < 1) {
+    return absl::InvalidArgumentError("max_hashes_per_step must be >= 1");
+  }
   if (options.max_operations_per_step < 1) {
     return absl::InvalidArgumentError("max_operations_per_step must be >= 1");
   }
@@ -248,6 +251,7 @@ absl::Status StateCache::Attach(const v1::AttachRequest& request,
   response->set_num_slots(memory_.num_slots());
   FillTransfer(memory_.pool().transfer(), response->mutable_transfer());
   response->set_max_operations_per_step(options_.max_operations_per_step);
+  response->set_max_hashes_per_step(options_.max_hashes_per_step);
   if (memory_.device() != nullptr) FillMemory(response->mutable_memory());
   return absl::OkStatus();
 }
@@ -327,15 +331,25 @@ absl::Status StateCache::Step(const v1::StepRequest& request,
         absl::StrCat("step carries ", n, " operations; at most ",
                      options_.max_operations_per_step));
   }
+  int64_t hashes = 0;
   if (packed) {
     RETURN_IF_ERROR(ValidatePackedOperations(request.packed()));
+    hashes = request.packed().hashes_size();
   } else {
     for (int i = 0; i < n; ++i) {
-      if (request.operations(i).kind_case() == v1::Operation::KIND_NOT_SET) {
+      const v1::Operation& op = request.operations(i);
+      if (op.kind_case() == v1::Operation::KIND_NOT_SET) {
         return absl::InvalidArgumentError(
             absl::StrCat("operation ", i, " has no kind set"));
       }
+      hashes += HashListLength(op);
     }
+  }
+  if (hashes > options_.max_hashes_per_step) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step carries ", hashes, " hashes; at most ",
+                     options_.max_hashes_per_step,
+                     " (the daemon's --max_hashes_per_step): split it"));
   }
   std::function<void()> done;
   {

@@ -67,6 +67,10 @@ struct StateCacheOptions {
   StateTransfer transfer = StateTransfer::None();
   absl::Duration lease_ttl = absl::Seconds(10);
   int32_t max_operations_per_step = 4096;
+  // Hashes one Step may carry over all its operations (see
+  // AttachResponse.max_hashes_per_step): bounds one Step's time under the
+  // lock, so one session's heavy legal Steps delay another's only so much.
+  int64_t max_hashes_per_step = 65536;
   // Slots one session's requests may hold at once (their slots and midstep
   // reservations; the fork sources its clock pins are not counted: at most
   // about one per request, for two passes). 0 = no quota.
@@ -164,8 +168,8 @@ class StateCache {
   // refusals go into the results; the returned status is non-OK only when
   // the whole step is refused, before anything ran (NOT_FOUND session;
   // PERMISSION_DENIED another principal's session; INVALID_ARGUMENT too many
-  // operations, an empty operation, both forms, or malformed packed
-  // columns).
+  // operations or hashes, an empty operation, both forms, or malformed
+  // packed columns).
   absl::Status Step(const v1::StepRequest& request, v1::StepResponse* response,
                     const Peer& peer = Peer::InProcess())
       ABSL_LOCKS_EXCLUDED(mu_);

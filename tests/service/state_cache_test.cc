@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
+#include "proto/packed_form.h"
 #include "tests/service/fake_clock.h"
 
 namespace statecache {
@@ -718,6 +719,44 @@ TEST(LimitsTest, ReservationsCountAgainstTheQuotaUntilPublished) {
   r = RunStep(*f.cache, StepBuilder(s).Publish("a").Admit("b", 2, 10, {}, 0));
   EXPECT_EQ(r.results(1).code(), 0) << r.results(1).message();
   EXPECT_TRUE(f.cache->CheckInvariants().ok()) << f.cache->CheckInvariants();
+}
+
+TEST(LimitsTest, AStepPastMaxHashesIsRefusedWholeInEitherForm) {
+  Fixture f(16, *StateTransfer::Create(TransferKind::kFork, 1, true),
+            [](StateCacheOptions& o) { o.max_hashes_per_step = 6; });
+  const std::string s = f.Attach();
+  RunStep(*f.cache, StepBuilder(s).Admit("a", 1, 300, {1, 2, 3, 4}, 0, 256));
+  RunStep(*f.cache, StepBuilder(s).Checkpoint("a", 4, 4));
+  const std::string before = f.cache->DebugDump();
+  // 4 block hashes + 3 unindexed: seven, one past the cap.
+  StepBuilder heavy = StepBuilder(s)
+                          .Admit("b", 1, 300, {1, 2, 3, 4}, 0, 256)
+                          .Unindex({4, 5, 6});
+  v1::StepResponse response;
+  absl::Status refused = f.cache->Step(heavy.request(), &response);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("7 hashes; at most 6"), std::string::npos)
+      << refused;
+  EXPECT_NE(refused.message().find("--max_hashes_per_step"), std::string::npos);
+  v1::StepRequest packed;
+  packed.set_session_id(s);
+  ASSERT_TRUE(
+      PackOperations(heavy.request().operations(), packed.mutable_packed())
+          .ok());
+  response.Clear();
+  EXPECT_EQ(f.cache->Step(packed, &response).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(f.cache->DebugDump(), before) << "a refused step changed things";
+  // At the cap it runs.
+  v1::StepResponse ran = RunStep(
+      *f.cache,
+      StepBuilder(s).Admit("b", 1, 300, {1, 2, 3, 4}, 0, 256).Unindex({5, 6}));
+  EXPECT_EQ(ran.results(0).code(), 0) << ran.results(0).message();
+  v1::AttachRequest attach;
+  *attach.mutable_identity() = TestIdentity();
+  v1::AttachResponse attached;
+  ASSERT_TRUE(f.cache->Attach(attach, &attached).ok());
+  EXPECT_EQ(attached.max_hashes_per_step(), 6);
 }
 
 TEST(LimitsTest, AttachPastMaxSessionsIsRefusedUntilOneDetaches) {

@@ -320,6 +320,9 @@ class Session:
         num_slots: the pool's size at attach.
         transfer: the daemon's :class:`TransferConfig`.
         max_operations_per_step: operations one step may carry.
+        max_hashes_per_step: hashes one step may carry over all its
+            operations (block hashes, reservation positions, unindexed
+            hashes).
         memory: the state memory (:class:`StateMemory`), or None when the
             daemon keeps none (no --model or --layout).
         identity: the :class:`Identity` attached with.
@@ -361,6 +364,7 @@ class Session:
         self.num_slots = response.num_slots
         self.transfer = _plain(TransferConfig, response.transfer)
         self.max_operations_per_step = response.max_operations_per_step
+        self.max_hashes_per_step = response.max_hashes_per_step
         self.memory = (StateMemory._from_proto(response.memory)
                        if response.HasField("memory") else None)
         self.identity = identity
