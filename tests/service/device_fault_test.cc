@@ -168,17 +168,23 @@ class DeviceFaultTest : public ::testing::TestWithParam<bool> {
     return stats;
   }
 
-  // Runs a resize to `target` that completes at once; its outcome.
-  absl::Status Resize(int64_t target, v1::ResizeResponse* out = nullptr) {
+  // Runs a resize to `target`; its outcome, or UNKNOWN while it is still
+  // pending. The callback's targets outlive the cache: a resize left
+  // pending completes (CANCELLED) only when the cache is destroyed.
+  absl::Status Resize(int64_t target, v1::ResizeResponse* out = nullptr,
+                      int64_t deadline_ms = 0) {
     v1::ResizeRequest request;
     request.set_target_slots(target);
-    absl::Status result = absl::UnknownError("resize did not complete");
+    request.set_deadline_ms(deadline_ms);
+    auto result = std::make_shared<std::pair<absl::Status, v1::ResizeResponse>>(
+        absl::UnknownError("resize still pending"), v1::ResizeResponse());
     cache_->Resize(request,
-                   [&](absl::Status status, const v1::ResizeResponse& r) {
-                     result = std::move(status);
-                     if (out != nullptr) *out = r;
+                   [result](absl::Status status, const v1::ResizeResponse& r) {
+                     result->first = std::move(status);
+                     result->second = r;
                    });
-    return result;
+    if (out != nullptr) *out = result->second;
+    return result->first;
   }
 
   // Slots neither live, pinned nor reserved must be free: used counts only
@@ -404,13 +410,7 @@ TEST_P(DeviceFaultTest, AShrinkWhoseMemoryFailedEndsAtOnceShortOfItsTarget) {
             7);
   Run({ReleaseOp("f1"), ReleaseOp("f2"), ReleaseOp("f5"), ReleaseOp("f6")});
   device_->FailAllCopies();
-  v1::ResizeRequest request;
-  request.set_target_slots(2);
-  request.set_deadline_ms(60'000);
-  absl::Status result = absl::UnknownError("resize still pending");
-  cache_->Resize(request, [&](absl::Status status, const v1::ResizeResponse&) {
-    result = std::move(status);
-  });
+  const absl::Status result = Resize(2, nullptr, /*deadline_ms=*/60'000);
   EXPECT_EQ(result.code(), absl::StatusCode::kInternal) << result;
   EXPECT_TRUE(absl::StrContains(result.message(), "resize to 2 slots (now 4)"))
       << result;
