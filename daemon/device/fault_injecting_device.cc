@@ -18,9 +18,11 @@ bool FaultInjectingDevice::Fires(OneShot& shot) {
 
 absl::Status FaultInjectingDevice::Injected(const absl::Status& error,
                                             std::string_view call) {
-  return absl::Status(
-      error.code(),
-      absl::StrCat(Av(call), ": ", error.message(), " (an injected fault)"));
+  // An OK "error" (a caller's mistake) still fails the call.
+  const absl::StatusCode code =
+      error.ok() ? absl::StatusCode::kInternal : error.code();
+  return absl::Status(code, absl::StrCat(Av(call), ": ", error.message(),
+                                         " (an injected fault)"));
 }
 
 void FaultInjectingDevice::FailNthCopy(int64_t n, absl::Status error,
@@ -92,7 +94,8 @@ absl::StatusOr<CopyResult> FaultInjectingDevice::Copy(
     absl::MutexLock lock(&mu_);
     const int64_t call = ++counts_.copies;
     const std::string what = absl::StrCat(
-        "copy #", call, " (", pairs.size(), " pairs",
+        "copy #", call, " (", pairs.size(),
+        pairs.size() == 1 ? " pair" : " pairs",
         pairs.empty()
             ? std::string()
             : absl::StrCat(", first ", pairs[0].first, " -> ", pairs[0].second),

@@ -15,8 +15,10 @@
 //     a given slot, or every Copy (until cleared).
 //   * Resize: the Nth Resize from now (one-shot), or every Resize that grows
 //     the region (an allocation that fails), until cleared.
-// A fault's error is INTERNAL unless the caller gives another; its message
-// names the call and says it was injected. By default a failed call is not
+// A fault's error is INTERNAL unless the caller gives another (an OK one
+// still fails, as INTERNAL); its message names the call (which Copy, its
+// first pair, the slot that matched; or the Resize's target) and says it
+// was injected. By default a failed call is not
 // forwarded (nothing copied, the region unchanged, as Device's contract
 // says of a failure); a Copy fault made with `forward` true runs the copy
 // first and reports the error afterwards (a device that wrote the bytes,
@@ -71,35 +73,35 @@ class FaultInjectingDevice : public Device {
   // ------------------------------------------------------------ faults
 
   // The `n`th Copy from now fails with `error` (1: the next one); one-shot.
-  // With `forward`, that Copy runs on the wrapped device first. A later call
-  // replaces an earlier pending one.
-  // REQUIRES: n >= 1; error is not OK.
+  // With `forward`, that Copy runs on the wrapped device first. Every Copy
+  // counts towards n, whatever else fails it. A later call replaces an
+  // earlier pending one.
+  // REQUIRES: n >= 1 (a smaller n never fires).
   void FailNthCopy(int64_t n,
                    absl::Status error = absl::InternalError("copy failed"),
                    bool forward = false) ABSL_LOCKS_EXCLUDED(mu_);
   // Every Copy with a pair that reads or writes `slot` fails with `error`
   // (not forwarded) until ClearFaults. Several slots may be named.
-  // REQUIRES: slot >= 0; error is not OK.
+  // REQUIRES: slot >= 0.
   void FailCopiesTouching(
       int64_t slot, absl::Status error = absl::InternalError("copy failed"))
       ABSL_LOCKS_EXCLUDED(mu_);
   // Every Copy fails with `error` (not forwarded) until ClearFaults.
-  // REQUIRES: error is not OK.
   void FailAllCopies(absl::Status error = absl::InternalError("copy failed"))
       ABSL_LOCKS_EXCLUDED(mu_);
   // The `n`th Resize from now fails with `error` (1: the next one), the
   // region unchanged; one-shot.
-  // REQUIRES: n >= 1; error is not OK.
+  // REQUIRES: n >= 1 (a smaller n never fires).
   void FailNthResize(int64_t n,
                      absl::Status error = absl::ResourceExhaustedError(
                          "resize failed")) ABSL_LOCKS_EXCLUDED(mu_);
   // Every Resize to more slots than the region holds fails with `error`
   // (the region unchanged) until ClearFaults: memory that cannot be had.
-  // REQUIRES: error is not OK.
   void FailGrowth(absl::Status error = absl::ResourceExhaustedError(
                       "cannot allocate the state memory"))
       ABSL_LOCKS_EXCLUDED(mu_);
-  // Forgets every fault not yet fired (the counters stay).
+  // Forgets every fault: pending one-shots and standing ones (the counters
+  // stay).
   void ClearFaults() ABSL_LOCKS_EXCLUDED(mu_);
 
   Counts counts() const ABSL_LOCKS_EXCLUDED(mu_);
