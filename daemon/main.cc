@@ -304,7 +304,17 @@ absl::StatusOr<StateCacheOptions> OptionsFromFlags() {
       }
     }
     absl::StatusOr<std::unique_ptr<Device>> created = CreateDevice(device);
-    if (!created.ok()) return created.status();
+    if (!created.ok()) {
+      // Most often the memory is not there: say how much was asked for.
+      return absl::Status(
+          created.status().code(),
+          absl::StrCat("cannot create the state memory (", device.backend,
+                       " backend, ", device.num_slots, " slots of ",
+                       device.layout.bytes_per_slot(), " bytes, ",
+                       device.layout.RegionBytes(device.num_slots),
+                       " bytes in all): ", created.status().message(),
+                       "; lower --num_slots or free memory"));
+    }
     options.device = std::shared_ptr<Device>(std::move(*created));
   }
   return options;

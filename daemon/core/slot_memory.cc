@@ -1,6 +1,7 @@
 #include "daemon/core/slot_memory.h"
 
 #include <optional>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -8,6 +9,20 @@
 
 namespace statecache {
 namespace {
+
+const char* CopyReasonName(CopyReason reason) {
+  switch (reason) {
+    case CopyReason::kRelocation:
+      return "relocation";
+    case CopyReason::kCopy:
+      return "copy";
+    case CopyReason::kSnapshot:
+      return "snapshot";
+    case CopyReason::kCount:
+      break;
+  }
+  return "copy";
+}
 
 absl::Status CheckHashes(absl::Span<const int64_t> hashes, const char* what) {
   for (int64_t h : hashes) {
@@ -321,12 +336,27 @@ absl::Status SlotMemory::EndDeferral(int64_t slot) {
 
 absl::StatusOr<uint64_t> SlotMemory::RunCopy(
     absl::Span<const std::pair<int64_t, int64_t>> pairs, CopyReason reason) {
-  ASSIGN_OR_RETURN(CopyResult done, device_->Copy(pairs));
-  for (CopyObserver* o : copy_observers_) {
-    o->OnCopy(reason, static_cast<int64_t>(done.bytes),
-              absl::ToDoubleSeconds(done.elapsed));
+  absl::StatusOr<CopyResult> done = device_->Copy(pairs);
+  if (!done.ok()) {
+    // The device's code, with what was being copied and why.
+    std::string copying;
+    for (size_t i = 0; i < pairs.size() && i < 4; ++i) {
+      absl::StrAppend(&copying, i == 0 ? "" : ", ", pairs[i].first, " -> ",
+                      pairs[i].second);
+    }
+    if (pairs.size() > 4) absl::StrAppend(&copying, ", ...");
+    return absl::Status(
+        done.status().code(),
+        absl::StrCat(CopyReasonName(reason),
+                     ": the state memory failed to copy ", pairs.size(),
+                     pairs.size() == 1 ? " slot (" : " slots (", copying,
+                     "): ", done.status().message()));
   }
-  return done.bytes;
+  for (CopyObserver* o : copy_observers_) {
+    o->OnCopy(reason, static_cast<int64_t>(done->bytes),
+              absl::ToDoubleSeconds(done->elapsed));
+  }
+  return done->bytes;
 }
 
 absl::StatusOr<uint64_t> SlotMemory::Copy(const SlotHolding& holding,
@@ -405,16 +435,54 @@ absl::Status SlotMemory::Grow(int64_t target) {
   return absl::OkStatus();
 }
 
+absl::Status SlotMemory::DropUncopied(const SlotRetirement* pending,
+                                      int64_t& dropped) {
+  for (int64_t dst : batch_checkpoints_) {
+    // Where the checkpoint copied into `dst` is filed now: there, unless the
+    // retirement that flushed the batch spent `dst` as its target (already
+    // unfiled and counted) or retired `dst` itself (moved on with it).
+    int64_t at = dst;
+    if (pending != nullptr && pending->retired == dst) {
+      at = pending->relocated_to;
+    } else if (pending != nullptr && pending->relocated_to == dst) {
+      continue;
+    }
+    if (at < 0 || at >= pool_.num_slots()) continue;
+    ASSIGN_OR_RETURN(const bool holds, pool_.HoldsCheckpoint(at));
+    if (!holds) continue;
+    if (absl::Status st = pool_.Invalidate(at); !st.ok()) {
+      return Broken(st, "invalidate");
+    }
+    ++dropped;
+  }
+  return absl::OkStatus();
+}
+
 SlotMemory::ShrinkProgress SlotMemory::ShrinkStep(
     int64_t target, std::vector<Relocation>& moved) {
   ShrinkProgress progress;
   const int64_t from = pool_.num_slots();
-  auto flush = [&] {
+  // Copies the batch; if the copy fails, no checkpoint is left filed over
+  // bytes that were not moved. `pending` is the retirement that made the
+  // batch flush (it has already happened in the pool), or null.
+  auto flush = [&](const SlotRetirement* pending) {
     if (batch_.empty()) return;
     absl::StatusOr<uint64_t> copied = RunCopy(batch_, CopyReason::kRelocation);
-    if (!copied.ok() && progress.failure.ok())
-      progress.failure = copied.status();
+    if (!copied.ok()) {
+      int64_t dropped = 0;
+      absl::Status st = DropUncopied(pending, dropped);
+      const int64_t live =
+          static_cast<int64_t>(batch_.size() - batch_checkpoints_.size());
+      absl::Status failure(
+          copied.status().code(),
+          absl::StrCat(copied.status().message(), "; ", dropped,
+                       " checkpoints moved in it were dropped from the index, ",
+                       live, " live slots moved in it lost their contents"));
+      if (!st.ok()) failure = st;
+      if (progress.failure.ok()) progress.failure = std::move(failure);
+    }
     batch_.clear();
+    batch_checkpoints_.clear();
     touched_.clear();
   };
   while (pool_.num_slots() > target) {
@@ -435,9 +503,10 @@ SlotMemory::ShrinkProgress SlotMemory::ShrinkStep(
     if (device_ != nullptr) {
       if (touched_.contains(ret.retired) ||
           touched_.contains(ret.relocated_to)) {
-        flush();
+        flush(&ret);
       }
       batch_.emplace_back(ret.retired, ret.relocated_to);
+      if (ret.held_checkpoint) batch_checkpoints_.push_back(ret.relocated_to);
       touched_.insert(ret.retired);
       touched_.insert(ret.relocated_to);
     }
@@ -449,7 +518,7 @@ SlotMemory::ShrinkProgress SlotMemory::ShrinkStep(
       SetOwner(ret.relocated_to, owner.holding, owner.index);
     }
   }
-  flush();
+  flush(nullptr);
   if (device_ != nullptr && pool_.num_slots() != from) {
     // The tail's content has moved down: give its memory back.
     if (absl::Status st = device_->Resize(pool_.num_slots());

@@ -208,14 +208,19 @@ class SlotMemory {
   // Copies the committed slot into a fresh one filed under `hash` at
   // `position` (reserve, copy, publish: the midstep rules apply).
   // Errors: FAILED_PRECONDITION no state memory, or the transfer does not
-  //   allow midstep reads; INVALID_ARGUMENT negative hash; INTERNAL a device
-  //   failure (nothing filed).
+  //   allow midstep reads; INVALID_ARGUMENT negative hash; the device's code
+  //   (INTERNAL for a device failure) when the copy fails: nothing is filed
+  //   or counted kept, the destination goes back vacant. The one change a
+  //   failed copy leaves: a destination taken from the LRU head stays
+  //   evicted (counted so), since the copy may have written part of it.
   absl::StatusOr<SnapshotOutcome> Snapshot(const SlotHolding& holding,
                                            int64_t position, int64_t hash);
   // Copies holding.slots[from_index] onto holding.slots[to_index]. Returns
   // the bytes copied.
   // Errors: FAILED_PRECONDITION no state memory; INVALID_ARGUMENT indices
-  //   not two different ones of the holding's slots; INTERNAL device.
+  //   not two different ones of the holding's slots; the device's code
+  //   (INTERNAL for a device failure; the destination's bytes are then not
+  //   vouched for, the pool unchanged).
   absl::StatusOr<uint64_t> Copy(const SlotHolding& holding, int32_t from_index,
                                 int32_t to_index);
 
@@ -263,8 +268,11 @@ class SlotMemory {
     bool reached = false;  // num_slots() == target
     int64_t relocated = 0;
     // A failure after the pool moved on: the pool's decisions stand (the
-    // step is not all-or-nothing once a slot is retired), and the bytes of
-    // the moved slots are not vouched for. OK otherwise.
+    // step is not all-or-nothing once a slot is retired). When a batch's
+    // copy failed, the checkpoints it moved are dropped from the index (a
+    // lookup misses them; they are not counted evicted) and the live slots
+    // it moved hold unspecified bytes (their holders are updated and told,
+    // as for any move); the message says how many of each. OK otherwise.
     absl::Status failure;
   };
   ShrinkProgress ShrinkStep(int64_t target, std::vector<Relocation>& moved);
@@ -290,8 +298,15 @@ class SlotMemory {
   void SetOwner(int64_t slot, SlotHolding* holding, int32_t index);
   void ClearOwner(int64_t slot);
   // Runs one batch on the device, reporting it to the observers.
+  // Errors: the device's code, its message prefixed with the reason and
+  //   the pairs.
   absl::StatusOr<uint64_t> RunCopy(
       absl::Span<const std::pair<int64_t, int64_t>> pairs, CopyReason reason);
+  // ShrinkStep's copy of the current batch failed: unfiles every checkpoint
+  // the batch moved (their bytes did not follow them), wherever `pending`
+  // (the retirement that flushed the batch, or null) left it, adding how
+  // many to `dropped`. Errors: INTERNAL, a broken invariant.
+  absl::Status DropUncopied(const SlotRetirement* pending, int64_t& dropped);
   // A call the verb checked cannot fail; if it does, the verb reports the
   // broken invariant rather than going on.
   static absl::Status Broken(const absl::Status& status, const char* call);
@@ -302,6 +317,8 @@ class SlotMemory {
   std::vector<CopyObserver*> copy_observers_;
   // ShrinkStep's batch (reused).
   std::vector<std::pair<int64_t, int64_t>> batch_;
+  // The destinations of the batch's pairs that moved a checkpoint.
+  std::vector<int64_t> batch_checkpoints_;
   absl::flat_hash_set<int64_t> touched_;
 };
 

@@ -4,10 +4,12 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <string>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -40,13 +42,22 @@ absl::Status ErrnoError(std::string_view what, int err) {
 
 // Commits [offset, offset + bytes) of the object (growing its size if the
 // range passes the end), so running out of shared memory is an error here
-// instead of a SIGBUS at first touch, in the daemon or in a client.
+// instead of a SIGBUS at first touch, in the daemon or in a client. Out of
+// space, the message says how much the shared-memory filesystem has.
 absl::Status Commit(int fd, uint64_t offset, uint64_t bytes) {
   if (bytes == 0) return absl::OkStatus();
   if (fallocate(fd, 0, static_cast<off_t>(offset), static_cast<off_t>(bytes)) !=
       0) {
-    return ErrnoError(absl::StrCat("fallocate(", offset, ", ", bytes, ")"),
-                      errno);
+    const int err = errno;
+    std::string what = absl::StrCat("fallocate(", offset, ", ", bytes, ")");
+    struct statvfs fs;
+    if (err == ENOSPC && fstatvfs(fd, &fs) == 0) {
+      absl::StrAppend(&what, " of shared memory, which has ",
+                      static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize,
+                      " bytes free of ",
+                      static_cast<uint64_t>(fs.f_blocks) * fs.f_frsize);
+    }
+    return ErrnoError(what, err);
   }
   return absl::OkStatus();
 }

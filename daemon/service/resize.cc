@@ -53,7 +53,7 @@ bool PendingShrink::Advance(SlotMemory& memory,
   }
   moved_.clear();
   if (memory.num_slots() != before) ReportStateBytes(memory, observers);
-  return progress.reached;
+  return progress.reached || !failure_.ok();
 }
 
 std::function<void()> PendingShrink::Finish(
@@ -61,8 +61,8 @@ std::function<void()> PendingShrink::Finish(
     absl::Span<ResizeObserver* const> observers) {
   if (status.ok() && !failure_.ok()) {
     status = absl::InternalError(
-        absl::StrCat("resize reached its target but the state memory failed: ",
-                     failure_.ToString()));
+        absl::StrCat("resize to ", target_, " slots (now ", memory.num_slots(),
+                     "): the state memory failed: ", failure_.message()));
   }
   response_.set_num_slots(memory.num_slots());
   if (memory.num_slots() != from_) {

@@ -48,11 +48,13 @@ class PendingShrink {
 
   // Retires what it can now; relocated live slots are reported to their
   // sessions (PendingMove, at the next begin_pass). Returns true when the
-  // target is reached.
+  // resize is over: the target reached, or the state memory failed (it is
+  // not retried; Finish reports the failure).
   bool Advance(SlotMemory& memory, absl::Span<ResizeObserver* const> observers);
 
   // Ends the resize with `status` (a memory failure on the way turns OK into
-  // INTERNAL); returns the callback to run without the mutex held.
+  // INTERNAL, its message saying where the resize stopped and why); returns
+  // the callback to run without the mutex held.
   std::function<void()> Finish(absl::Status status, const SlotMemory& memory,
                                absl::Span<ResizeObserver* const> observers);
 

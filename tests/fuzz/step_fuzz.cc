@@ -8,9 +8,14 @@
 // nothing (not what a client or operator can see, nor the pool's whole dump
 // or any session's requests: Visible in random_operations.h); and neither
 // has a one-operation step whose operation was refused, nor a resize refused
-// on the spot. tests/fuzz/step_seeds/ (write_step_seeds.py) starts it from
-// every operation kind and action; the main build replays those seeds
-// (replay_main.cc).
+// on the spot. The state memory is a FaultInjectingDevice over a device that
+// holds no bytes but refuses (aborts on) any copy its contract refuses, so
+// copies, snapshots and relocations run, and between steps the input may
+// make copies or growth fail: the invariants hold through every failure, a
+// snapshot refused for a failed copy changed nothing but the checkpoint it
+// spent, and a grow the memory refused changed nothing. tests/fuzz/
+// step_seeds/ (write_step_seeds.py) starts it from every operation kind and
+// action; the main build replays those seeds (replay_main.cc).
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -20,6 +25,8 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "daemon/device/copy_plan.h"
+#include "daemon/device/fault_injecting_device.h"
 #include "daemon/service/state_cache.h"
 #include "google/protobuf/stubs/logging.h"
 #include "proto/packed_form.h"
@@ -42,6 +49,71 @@ void CheckInvariants(const StateCache& cache, const std::string& after) {
   const absl::Status invariants = cache.CheckInvariants();
   Check(invariants.ok(), "invariants broken",
         invariants.ToString() + "\nafter: " + after);
+}
+
+// State memory without bytes: Copy checks its pairs as every backend does
+// (BuildCopyTable) and a refusal is the daemon's bug, not the input's.
+class CheckingDevice : public Device {
+ public:
+  explicit CheckingDevice(int64_t num_slots)
+      : layout_(*StateLayout::Create("fuzz", {{"s", {4}, DType::kF32}}, 1)),
+        num_slots_(num_slots) {}
+
+  std::string_view backend() const override { return "host"; }
+  const StateLayout& layout() const override { return layout_; }
+  int64_t num_slots() const override { return num_slots_; }
+  int64_t max_slots() const override { return kMaxLayoutSlots; }
+  absl::Status Resize(int64_t new_num_slots) override {
+    Check(new_num_slots >= 0 && new_num_slots <= kMaxLayoutSlots,
+          "resize out of range");
+    num_slots_ = new_num_slots;
+    return absl::OkStatus();
+  }
+  RegionExport Export() const override {
+    RegionExport out;
+    out.backend = "host";
+    out.num_slots = num_slots_;
+    out.capacity_slots = num_slots_;
+    out.layout = layout_;
+    return out;
+  }
+  absl::StatusOr<CopyResult> Copy(absl::Span<const SlotPair> pairs) override {
+    const absl::Time start = absl::Now();
+    absl::StatusOr<CopyTable> table =
+        BuildCopyTable(layout_, num_slots_, num_slots_, pairs);
+    Check(table.ok(), "the daemon asked for a copy no device accepts",
+          table.status().ToString());
+    return CopyResult::Of(*table, start);
+  }
+  uint64_t CommittedBytes() const override {
+    return layout_.RegionBytes(num_slots_);
+  }
+
+ private:
+  StateLayout layout_;
+  int64_t num_slots_;
+};
+
+// Between steps: the next copies, copies touching a slot, or growth fail, or
+// the faults are cleared.
+void ArmFault(FuzzInput& in, FaultInjectingDevice& device) {
+  const uint8_t kind = in.Byte() % 4;
+  const uint8_t arg = in.Byte();
+  switch (kind) {
+    case 0:
+      device.FailNthCopy(1 + (arg & 3) % 3, absl::InternalError("fuzz fault"),
+                         /*forward=*/(arg & 4) != 0);
+      break;
+    case 1:
+      device.FailCopiesTouching(arg % 32);
+      break;
+    case 2:
+      device.FailGrowth();
+      break;
+    default:
+      device.ClearFaults();
+      break;
+  }
 }
 
 std::string Attach(StateCache& cache) {
@@ -116,6 +188,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   options.max_operations_per_step = 1 + in.Byte() % 12;
   options.epoch = 1;
   options.clock = &clock;
+  auto device = std::make_shared<FaultInjectingDevice>(
+      std::make_shared<CheckingDevice>(options.num_slots));
+  options.device = device;
   absl::StatusOr<std::unique_ptr<StateCache>> made =
       StateCache::Create(std::move(options));
   Check(made.ok(), "create refused", made.status().ToString());
@@ -133,7 +208,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (!req.ParseFromString(std::string(in.Bytes(in.Byte())))) continue;
     } else if (action == 1) {
       // Between steps: time passes (leases lapse, a resize waits or runs out
-      // of time), a session detaches or is evicted, an operator resizes.
+      // of time), a session detaches or is evicted, an operator resizes, the
+      // state memory starts or stops failing.
       const int k = in.Byte() % 2;
       switch (in.Byte() % 5) {
         case 0:
@@ -154,7 +230,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           (void)cache.EvictSession(evict, &evicted);
           break;
         }
+        case 4:
+          ArmFault(in, *device);
+          break;
         default: {
+          const int64_t grown_failed = device->counts().resizes_failed;
           v1::ResizeRequest resize;
           resize.set_target_slots(draw.Pick({-1, 0, 1, 2, 4, 8, 16, 32, 33}));
           resize.set_deadline_ms(draw.Pick({0, 0, 5000}));
@@ -165,6 +245,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             *refused =
                 absl::IsInvalidArgument(status) || absl::IsAborted(status);
           });
+          // Only growth is made to fail: the memory refused a grow.
+          if (device->counts().resizes_failed > grown_failed) *refused = true;
           if (*refused) {
             Check(Visible(cache) == before,
                   "a refused resize changed the daemon",
@@ -204,6 +286,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       req.set_session_id("no-such-session");
     }
 
+    const int64_t copies_failed = device->counts().copies_failed;
+    v1::GetStatsResponse stats_before;
+    cache.GetStats(&stats_before);
     v1::StepResponse resp;
     const absl::Status status = cache.Step(req, &resp);
     CheckInvariants(cache, req.ShortDebugString());
@@ -218,7 +303,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       code = static_cast<int32_t>(resp.packed_results().codes(0));
     }
     if (one_op && code != 0) {
-      Check(Visible(cache) == before, "a refused operation changed the daemon",
+      // A snapshot whose copy failed may have spent the LRU head for its
+      // destination (see SlotMemory::Snapshot): that alone may change.
+      v1::GetStatsResponse stats_after;
+      cache.GetStats(&stats_after);
+      const bool spent = device->counts().copies_failed > copies_failed &&
+                         stats_after.checkpoints_evicted() >
+                             stats_before.checkpoints_evicted();
+      if (!spent) {
+        Check(Visible(cache) == before,
+              "a refused operation changed the daemon", req.ShortDebugString());
+      }
+      Check(stats_after.checkpoints_kept() == stats_before.checkpoints_kept(),
+            "a refused operation counted a checkpoint kept",
             req.ShortDebugString());
     }
   }

@@ -215,6 +215,16 @@ class Seed:
         self.word(target_pick)
         self.word(deadline_pick)
 
+    def fault(self, kind, arg=0):
+        """ArmFault: 0 the (1 + (arg & 3) % 3)th copy from now fails (after
+        it ran when arg & 4), 1 every copy touching slot arg % 32, 2 every
+        grow, 3 none any more."""
+        self.byte(1)
+        self.byte(0)
+        self.byte(4)
+        self.byte(kind)
+        self.byte(arg)
+
 
 def seeds():
     out = {}
@@ -304,6 +314,25 @@ def seeds():
     s.raw(b"\x0a\x02\xff\xfe", parses=False)  # invalid UTF-8
     s.raw(b"\x12\x00")          # an empty operation
     out["raw_messages"] = s
+
+    # The state memory failing: a snapshot's copy (refused, nothing filed),
+    # a copy that ran and then failed, the relocations of a shrink, a grow.
+    s = Seed()
+    s.step(("begin_pass",), ("admit", 0), ("admit", 1), ("admit", 2, 5),
+           ("snapshot", 1, 1, 4))  # r0 0, r1 1, r2 2-3, checkpoint 4 at 4
+    s.fault(0, 0)
+    s.step(("snapshot", 0, 1, 5), one=True)
+    s.fault(0, 4)
+    s.step(("copy", 2, 0, 1), one=True)
+    s.step(("snapshot", 0, 2, 6), ("lookup", 5), ("lookup", 6), ("release", 2))
+    s.fault(1, 4)
+    s.resize(4)          # shrink to 4: checkpoint 4 moves 4 -> 2, and fails
+    s.step(("begin_pass",), ("lookup", 4), ("lookup", 6))
+    s.fault(2)
+    s.resize(7)          # grow to 32: refused, nothing changes
+    s.fault(3)
+    s.resize(7)
+    out["device_faults"] = s
     return out
 
 
