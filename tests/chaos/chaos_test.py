@@ -9,7 +9,8 @@ or `ctest -L chaos` from build/. CHAOS_SEED and CHAOS_SECONDS (the chaos
 phase, default 20) override the schedule.
 
 Each scheduler (tests/chaos/scheduler.py, a real process using the
-statecache package) writes its tag into every slot it takes and checks the
+statecache package; every other one sends its steps over a StepStream)
+writes its tag into every slot it takes and checks the
 tags of the slots it holds before each pass, and exits 3 on any refusal
 but a full pool: a slot given to two owners, or a session the daemon lost
 track of, ends it. The test asserts, from outside:
@@ -101,7 +102,8 @@ class Scheduler:
             self.process = subprocess.Popen(
                 [sys.executable, SCHEDULER, "--address", address,
                  "--name", name, "--uid", str(uid), "--seed", str(seed),
-                 "--model_id", MODEL_ID, "--pace", str(PACE)],
+                 "--model_id", MODEL_ID, "--pace", str(PACE)] +
+                (["--stream"] if uid % 2 else []),
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                 text=True, env=env)
         self.events = []

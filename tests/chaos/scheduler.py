@@ -4,7 +4,7 @@ the soak (bench/soak.py): attaches to statecached through the `statecache`
 package and runs passes (begin_pass, admit, reserve, consume_fork,
 publish or cancel, checkpoint, release) until told to stop, attaching again
 whenever its session is lost (the daemon restarted: a new epoch; its lease
-lapsed).
+lapsed). Its steps are unary, or with --stream go over a StepStream.
 
     PYTHONPATH=build/python /usr/bin/python3 tests/chaos/scheduler.py \\
         --address unix:/tmp/x/statecached.sock --name s0 --uid 1
@@ -41,7 +41,6 @@ import queue
 import random
 import sys
 import threading
-import time
 
 import statecache
 
@@ -87,6 +86,8 @@ class Scheduler:
         self.commands = queue.SimpleQueue()
         self.client = None
         self.session = None
+        self.stream = None  # with --stream: the session's StepStream
+        self.deferred = None  # a command that came while attaching
         self.tags = None
         self.running = []
         self.seq = 0
@@ -124,7 +125,10 @@ class Scheduler:
                     continue
                 if command == "exit":
                     return False
+                self.deferred = command  # served once attached
         self.attaches += 1
+        if self.args.stream:
+            self.stream = self.session.stream()
         memory = self.session.memory
         self.tags = memory.tensor("tag", 0) if memory is not None else None
         self.say(event="attached", epoch=self.session.epoch,
@@ -134,11 +138,18 @@ class Scheduler:
 
     def forget(self, why):
         self.say(event="lost", why=why)
+        if self.stream is not None:
+            self.stream.close()
         if self.session is not None:
             self.session.close()
         self.session = None
+        self.stream = None
         self.tags = None
         self.running = []
+
+    def step(self):
+        """A builder for the next step: unary, or over the stream."""
+        return (self.stream or self.session).step()
 
     # ---- slots
 
@@ -153,6 +164,10 @@ class Scheduler:
             for slot in r.owned():
                 got = tuple(int(v) for v in self.tags[slot])
                 if got != (self.args.uid, r.seq):
+                    # Unless the session is gone (this process stalled
+                    # past its lease and the quarantine: raises LeaseLost),
+                    # the daemon gave the slot to someone else.
+                    self.session.keep_alive()
                     raise Bug("slot %d of request %s (uid %d, seq %d) was "
                               "written by someone else: tag %r"
                               % (slot, r.id, self.args.uid, r.seq, got))
@@ -208,7 +223,7 @@ class Scheduler:
     def run_pass(self):
         s = self.session
         self.check_tags()
-        before = s.step().begin_pass()
+        before = self.step().begin_pass()
         # Midstep checkpoints for some running requests: reserve one block
         # ahead, then publish (the forward wrote it) or cancel.
         midstep = [r for r in self.running
@@ -262,7 +277,7 @@ class Scheduler:
         if len(self.kv) > 4096:
             self.kv.clear()  # the KV cache evicted everything
 
-        after, kinds = s.step(), []
+        after, kinds = self.step(), []
         for r in self.running:
             if r.read_from >= 0:
                 after.consume_fork(r.id)
@@ -303,8 +318,7 @@ class Scheduler:
     def quiesce(self):
         """No pins left: every fork consumed, the pin clock ticked twice
         (a checkpoint's pin survives one tick)."""
-        s = self.session
-        step = s.step()
+        step = self.step()
         for r in self.running:
             if r.read_from >= 0:
                 step.consume_fork(r.id)
@@ -313,7 +327,8 @@ class Scheduler:
             self.check(result, "consume_fork")
         for _ in range(2):
             self.apply_moves(
-                self.check(s.step().begin_pass().send()[0], "begin_pass"))
+                self.check(self.step().begin_pass().send()[0],
+                           "begin_pass"))
 
     def report(self):
         self.check_tags()
@@ -343,6 +358,8 @@ class Scheduler:
             try:
                 if self.session is None and not self.attach():
                     break
+                if command is None and self.deferred is not None:
+                    command, self.deferred = self.deferred, None
                 if command == "quiesce":
                     self.quiesce()
                     quiet = True
@@ -350,17 +367,18 @@ class Scheduler:
                     self.report()
                 if not quiet:
                     self.run_pass()
-            except statecache.LeaseLost as e:  # EpochChanged included
+            except (statecache.LeaseLost, statecache.Unavailable,
+                    statecache.DeadlineExceeded) as e:
+                # Lost (EpochChanged is a LeaseLost), or unanswered: the step
+                # may or may not have run, so start over on a fresh session
+                # either way (close() detaches if the daemon still answers).
                 self.forget("%s: %s" % (type(e).__name__, e.message))
                 if quiet:
-                    quiet = False  # report again once attached
-                    self.commands.put("quiesce")
-            except (statecache.Unavailable,
-                    statecache.DeadlineExceeded) as e:
-                # The step may or may not have run: start over on a fresh
-                # session (close() detaches if the daemon still answers).
-                self.forget("%s: %s" % (type(e).__name__, e.message))
+                    quiet = False  # quiesce and report again once attached
+                    self.deferred = "quiesce"
         released = 0
+        if self.stream is not None:
+            self.stream.close()
         if self.session is not None:
             try:
                 released = self.session.detach()
@@ -382,6 +400,8 @@ def main():
     parser.add_argument("--model_id", default="chaos/model")
     parser.add_argument("--pace", type=float, default=0.01,
                         help="seconds between passes (the engine's forward)")
+    parser.add_argument("--stream", action="store_true",
+                        help="send steps over one StepStream per session")
     parser.add_argument("--timeout", type=float, default=10.0,
                         help="each call's deadline, seconds")
     args = parser.parse_args()
