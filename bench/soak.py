@@ -179,9 +179,11 @@ def main():
     start = time.monotonic()
     next_sample, next_churn = start, start + args.churn
     kill_next = True
-    print("%8s %10s %5s %8s %8s %5s %11s %8s"
+    # started: scheduler processes started so far (each one a session, or
+    # more if it lost one).
+    print("%8s %10s %5s %8s %8s %5s %11s %8s %7s"
           % ("t_s", "rss_kb", "fds", "sessions", "requests", "used",
-             "quarantined", "passes"))
+             "quarantined", "passes", "started"))
     try:
         while True:
             now = time.monotonic()
@@ -208,12 +210,12 @@ def main():
                           "requests": stats.requests,
                           "used": stats.slots_used,
                           "quarantined": stats.slots_quarantined,
-                          "passes": passes}
+                          "passes": passes, "started": uid}
                 samples.append(sample)
-                print("%8.1f %10d %5d %8d %8d %5d %11d %8d"
+                print("%8.1f %10d %5d %8d %8d %5d %11d %8d %7d"
                       % (sample["t"], rss, fds, stats.sessions,
                          stats.requests, stats.slots_used,
-                         stats.slots_quarantined, passes), flush=True)
+                         stats.slots_quarantined, passes, uid), flush=True)
             # Pacing of the sampling loop (not synchronisation).
             time.sleep(max(0.0, min(next_sample, next_churn if args.churn
                                     else next_sample) - time.monotonic()))
