@@ -36,6 +36,7 @@ DaemonStats FromProto(const v1::GetStatsResponse& r) {
                      .slots_used = r.slots_used(),
                      .slots_held = r.slots_held(),
                      .slots_vacant = r.slots_vacant(),
+                     .slots_quarantined = r.slots_quarantined(),
                      .sessions = r.sessions(),
                      .requests = r.requests(),
                      .transfer = FromProto(r.transfer()),

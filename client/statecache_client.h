@@ -278,6 +278,8 @@ struct DaemonStats {
   int64_t slots_used = 0;
   int64_t slots_held = 0;
   int64_t slots_vacant = 0;
+  // Of slots_used: fenced slots of lapsed or evicted sessions' requests.
+  int64_t slots_quarantined = 0;
   int32_t sessions = 0;
   int64_t requests = 0;
   TransferConfig transfer;

@@ -115,6 +115,7 @@ struct Metrics::StatsSeries {
   prometheus::Gauge* slots_held = nullptr;
   prometheus::Gauge* slots_vacant = nullptr;
   prometheus::Gauge* slots_capacity = nullptr;
+  prometheus::Gauge* slots_quarantined = nullptr;
   prometheus::Gauge* indexed_checkpoints = nullptr;
   prometheus::Counter* resumes_fork = nullptr;
   prometheus::Counter* resumes_adopt = nullptr;
@@ -241,6 +242,12 @@ Metrics::Metrics(StateCache* cache, Options options)
       &gauge("statecache_slots_capacity",
              "Slots in the pool (num_slots); moves with resizes, and while a "
              "shrink is giving slots up.")
+           ->Add({});
+  st.slots_quarantined =
+      &gauge("statecache_slots_quarantined",
+             "Used slots fenced now: held by requests of sessions whose lease "
+             "lapsed or that were evicted, until --quarantine passes. Stuck "
+             "above 0 with no lapses is a leak.")
            ->Add({});
   st.indexed_checkpoints =
       &gauge("statecache_indexed_checkpoints",
@@ -422,6 +429,7 @@ void Metrics::Refresh() const {
   st.slots_held->Set(static_cast<double>(s.slots_held()));
   st.slots_vacant->Set(static_cast<double>(s.slots_vacant()));
   st.slots_capacity->Set(static_cast<double>(s.slots_total()));
+  st.slots_quarantined->Set(static_cast<double>(s.slots_quarantined()));
   st.indexed_checkpoints->Set(static_cast<double>(s.indexed_hashes()));
   CatchUp(st.resumes_fork, s.resumes_fork());
   CatchUp(st.resumes_adopt, s.resumes_adopt());

@@ -39,6 +39,12 @@ void StateCache::GetStats(v1::GetStatsResponse* response) {
   *response->mutable_identity() = options_.identity;
   response->set_indexed_hashes(pool.NumIndexed());
   response->set_draining(draining_);
+  int64_t quarantined = 0;
+  for (const Fenced& f : fenced_) {
+    quarantined += static_cast<int64_t>(f.request->slots.size() +
+                                        f.request->reservations.size());
+  }
+  response->set_slots_quarantined(quarantined);
   response->set_max_slots(options_.max_slots);
   if (const Device* device = memory_.device(); device != nullptr) {
     response->set_state_bytes(device->CommittedBytes());

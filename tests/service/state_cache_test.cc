@@ -807,6 +807,13 @@ std::vector<int64_t> AdmitAll(StateCache& cache, const std::string& session,
   return got;
 }
 
+// GetStats' slots_quarantined.
+int64_t Quarantined(StateCache& cache) {
+  v1::GetStatsResponse stats;
+  cache.GetStats(&stats);
+  return stats.slots_quarantined();
+}
+
 TEST(FencingTest, ALapsedSessionsSlotsGoToNobodyUntilTheQuarantineEnds) {
   Fixture f = WithQuarantine(6, absl::Seconds(10));
   const std::string hung = f.Attach("hung");
@@ -816,9 +823,11 @@ TEST(FencingTest, ALapsedSessionsSlotsGoToNobodyUntilTheQuarantineEnds) {
       StepBuilder(hung).Admit("a", 2, 300, {7}, 0, 64).Checkpoint("a", 1, 7));
   RunStep(*f.cache, StepBuilder(hung).Reserve("a", {{64, 8}}));
   const PoolSnapshot held = f.cache->DumpPool();
-  ASSERT_EQ(held.free.size(), 2u);     // a's 2 slots, 1 reservation, 1 pinned
+  ASSERT_EQ(held.free.size(), 2u);  // a's 2 slots, 1 reservation, 1 pinned
+  EXPECT_EQ(Quarantined(*f.cache), 0);
   f.clock.Advance(absl::Seconds(11));  // its lease lapses
   f.cache->Tick();
+  EXPECT_EQ(Quarantined(*f.cache), 3);  // a's 2 slots and its reservation
   const std::string next = f.Attach("next");
   // The pin went (its checkpoint is free to be spent), the rest is fenced:
   // the next owner gets the two free slots and the checkpoint, no more.
@@ -829,6 +838,7 @@ TEST(FencingTest, ALapsedSessionsSlotsGoToNobodyUntilTheQuarantineEnds) {
   EXPECT_TRUE(AdmitAll(*f.cache, next, "m", 1).empty());
   f.clock.Advance(absl::Seconds(2));
   f.cache->Tick();
+  EXPECT_EQ(Quarantined(*f.cache), 0);
   // Now they are free: a's two slots and the reservation's.
   EXPECT_EQ(AdmitAll(*f.cache, next, "k", 6).size(), 3u);
   EXPECT_TRUE(f.cache->CheckInvariants().ok()) << f.cache->CheckInvariants();
@@ -850,10 +860,12 @@ TEST(FencingTest, AnEvictedSessionIsFencedAndADetachedOneIsNot) {
   v1::DetachResponse detach_resp;
   ASSERT_TRUE(f.cache->Detach(detach, &detach_resp).ok());
   EXPECT_EQ(f.cache->DumpPool().free.size(), 2u);  // only the detached two
+  EXPECT_EQ(Quarantined(*f.cache), 2);
   EXPECT_LE(f.cache->NextDeadline(), f.clock.Now() + absl::Seconds(10));
   f.clock.Advance(absl::Seconds(10));
   f.cache->Tick();
   EXPECT_EQ(f.cache->DumpPool().free.size(), 4u);
+  EXPECT_EQ(Quarantined(*f.cache), 0);
   EXPECT_TRUE(f.cache->CheckInvariants().ok()) << f.cache->CheckInvariants();
 }
 

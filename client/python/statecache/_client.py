@@ -114,6 +114,7 @@ class Stats:
     resume_blocks_wanted: int = 0
     resume_blocks_resumed: int = 0
     draining: bool = False
+    slots_quarantined: int = 0
 
 
 @dataclass(slots=True)
