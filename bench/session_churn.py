@@ -70,7 +70,10 @@ def main():
             if args.end == "detach":
                 session.detach()
             elif args.end == "evict":
-                admin.admin.evict(session.session_id)
+                # Operators name sessions by handle, never by id.
+                handle, = [s.handle for s in admin.admin.sessions()
+                           if s.client_name == "c%d" % i]
+                admin.admin.evict(handle)
             if client is not admin:
                 # Client.close() takes ~200 ms (grpc's connectivity
                 # polling): off the loop.
