@@ -96,6 +96,10 @@ ABSL_FLAG(std::string, admin_allow, "",
           "Who may make the operator calls (ListSessions, EvictSession, "
           "Resize, Drain), in --attach_allow's forms but not any. Default: "
           "root and the daemon's own user. GetStats is open to all.");
+ABSL_FLAG(int32_t, max_streams_per_connection, 100,
+          "Calls one client connection may have open at once (each "
+          "StepStream holds one for its life); more wait in the client "
+          "until one ends.");
 ABSL_FLAG(int32_t, max_connections, 0,
           "Client connections open at once; one past it is closed on "
           "arrival. 0 = half the file-descriptor limit (RLIMIT_NOFILE), at "
@@ -475,6 +479,8 @@ ServingOptions ServingOptionsFromFlags(std::string listen) {
       .max_message_bytes = static_cast<int>(std::clamp<int64_t>(
           absl::GetFlag(FLAGS_max_message_bytes), 1024, INT32_MAX)),
       .max_connections = max_connections,
+      .max_streams_per_connection =
+          std::max(1, absl::GetFlag(FLAGS_max_streams_per_connection)),
       .tls_cert = absl::GetFlag(FLAGS_tls_cert),
       .tls_key = absl::GetFlag(FLAGS_tls_key),
       .tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca),

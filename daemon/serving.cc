@@ -114,6 +114,8 @@ absl::StatusOr<std::unique_ptr<Serving>> Serving::Start(
         grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD,
         tls);
   }
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                             options.max_streams_per_connection);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
   for (grpc::Service* service : services) builder.RegisterService(service);

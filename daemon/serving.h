@@ -29,6 +29,9 @@ struct ServingOptions {
   std::string listen;  // as --listen (after defaulting)
   int max_message_bytes = 16 << 20;
   int max_connections = 512;
+  // Calls one connection may have open at once (HTTP/2 streams: each
+  // StepStream holds one for its life); more wait in the client.
+  int max_streams_per_connection = 100;
   // PEM files; cert and key together, or neither. client_ca: require client
   // certificates it signed.
   std::string tls_cert;

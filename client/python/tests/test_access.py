@@ -212,3 +212,39 @@ def test_accepting_resumes_after_descriptors_run_out():
                 assert session.step().begin_pass().send()[0].ok
     finally:
         daemon.close()
+
+
+def test_streams_past_the_per_connection_cap_wait_for_one_to_end(
+        start_daemon):
+    daemon = start_daemon("--max_streams_per_connection=2")
+    channel = grpc.insecure_channel(daemon.address)
+    stub = pb_grpc.StateCacheStub(channel)
+    sid = stub.Attach(pb.AttachRequest(identity=pb.Identity(
+        model_id=MODEL_ID, hash_block_size=BLOCK))).session_id
+    begin = pb.StepRequest(session_id=sid, operations=[
+        pb.Operation(begin_pass=pb.BeginPass())])
+
+    def open_stream(timeout=None):
+        # A stream whose first step was answered: it holds its HTTP/2
+        # stream until the requests iterator ends.
+        import queue
+        requests = queue.Queue()
+        requests.put(begin)
+        replies = stub.StepStream(iter(requests.get, None), timeout=timeout)
+        return requests, replies
+
+    held = [open_stream() for _ in range(2)]
+    for _, replies in held:
+        assert next(replies).error_code == 0
+    requests, waiting = open_stream(timeout=1.5)
+    with pytest.raises(grpc.RpcError) as e:
+        next(waiting)
+    assert e.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    # One ends: a new stream on the same connection is served.
+    held[0][0].put(None)
+    assert list(held[0][1]) == []
+    _, fresh = open_stream(timeout=10)
+    assert next(fresh).error_code == 0
+    for requests, _ in held[1:]:
+        requests.put(None)
+    channel.close()
