@@ -10,6 +10,18 @@
 namespace statecache {
 namespace {
 
+absl::Status CheckHashes(absl::Span<const int64_t> hashes, const char* what) {
+  for (int64_t h : hashes) {
+    if (h < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " contains ", h, "; hashes are in [0, 2^63)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 const char* CopyReasonName(CopyReason reason) {
   switch (reason) {
     case CopyReason::kRelocation:
@@ -23,18 +35,6 @@ const char* CopyReasonName(CopyReason reason) {
   }
   return "copy";
 }
-
-absl::Status CheckHashes(absl::Span<const int64_t> hashes, const char* what) {
-  for (int64_t h : hashes) {
-    if (h < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, " contains ", h, "; hashes are in [0, 2^63)"));
-    }
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
 
 absl::StatusOr<SlotMemory> SlotMemory::Create(int64_t num_slots,
                                               StateTransfer transfer,

@@ -109,6 +109,8 @@ struct Relocation {
 
 // Why slot contents were copied.
 enum class CopyReason { kRelocation, kCopy, kSnapshot, kCount };
+// "relocation", "copy", "snapshot" (metric labels and messages).
+const char* CopyReasonName(CopyReason reason);
 
 // Told of each batch the copy engine ran. Calls arrive under the caller's
 // lock: implementations must be cheap.

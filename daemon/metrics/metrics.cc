@@ -80,20 +80,6 @@ std::string CodeName(absl::StatusCode code) {
   return absl::StatusCodeToString(code);
 }
 
-const char* ReasonName(CopyReason reason) {
-  switch (reason) {
-    case CopyReason::kRelocation:
-      return "relocation";
-    case CopyReason::kCopy:
-      return "copy";
-    case CopyReason::kSnapshot:
-      return "snapshot";
-    case CopyReason::kCount:
-      break;
-  }
-  return "unknown";
-}
-
 // A counter's total read from GetStats: the held counter is brought up to
 // it by what it grew since the last scrape (prometheus-cpp's Counter only
 // increments). The totals only grow; one that did not is left as it was.
@@ -371,7 +357,7 @@ Metrics::Metrics(StateCache* cache, Options options)
                                "bytes over seconds is the copy throughput.")
                            .Register(*registry_);
   for (int r = 0; r < static_cast<int>(CopyReason::kCount); ++r) {
-    const char* name = ReasonName(static_cast<CopyReason>(r));
+    const char* name = CopyReasonName(static_cast<CopyReason>(r));
     copy_bytes_[r] = &copy_bytes.Add({{"reason", name}});
     copy_seconds_[r] = &copy_seconds.Add({{"reason", name}});
   }
