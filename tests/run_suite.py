@@ -11,9 +11,8 @@ its output shown as it comes and kept in BUILD/suite-logs/STAGE.log:
                                 bench, python, ...)
   sanitizers   make test-asan   the core, replay tool, daemon core and device
                                 layer under ASan+UBSan
-  tsan         make test-tsan   the daemon core, its concurrent stress and the
-                                device layer under ThreadSanitizer (any
-                                report fails)
+  tsan         make test-tsan   the daemon core and its concurrent stress
+                                under ThreadSanitizer (any report fails)
   pool_fuzz    make test-fuzz-pool   libFuzzer, FUZZ_SECONDS each
   step_fuzz    make test-fuzz-step
 
@@ -242,7 +241,7 @@ def main():
     parser.add_argument("--asan-build", default="build-asan")
     parser.add_argument("--tsan-build", default="build-tsan")
     parser.add_argument("--fuzz-build", default="build-fuzz")
-    parser.add_argument("--fuzz-seconds", default="60")
+    parser.add_argument("--fuzz-seconds", default="45")
     parser.add_argument("--stages", default="main,asan,tsan,pool_fuzz,step_fuzz",
                         help="comma-separated subset, in this order")
     args = parser.parse_args()

@@ -12,10 +12,12 @@
 //   * the maintenance thread: a fake clock moved on a millisecond per
 //     Tick, so leases lapse, fenced slots come back and shrinks hit their
 //     deadline while the others run;
-//   * a metrics scraper (Metrics::Render, what the exporter serves) whose
-//     counters must never go back;
-//   * an operator reading GetStats and ListSessions, checking the core's
-//     invariants mid-run and now and then evicting a session.
+//   * two metrics scrapers (Metrics::Render, what the exporter's workers
+//     serve) whose counters must never go back, while the schedulers report
+//     their calls to the same Metrics as the gRPC adapter does (OnRpc);
+//   * an operator reading GetStats, ListSessions and the debug dumps,
+//     checking the core's invariants mid-run and now and then evicting a
+//     session.
 // The main build runs it for its checks; the TSan stage (make test-tsan)
 // runs it for the races, where any report fails it. Threads start together
 // and stop on a wall-clock budget once each has made some progress: no
@@ -146,8 +148,13 @@ struct Live {
 
 class Scheduler {
  public:
-  Scheduler(StateCache& cache, int index, uint64_t seed, WorkerReport& report)
-      : cache_(cache), index_(index), rng_(seed), report_(report) {}
+  Scheduler(StateCache& cache, RpcObserver& rpcs, int index, uint64_t seed,
+            WorkerReport& report)
+      : cache_(cache),
+        rpcs_(rpcs),
+        index_(index),
+        rng_(seed),
+        report_(report) {}
 
   // Sessions of a few passes each until the budget is spent (three at
   // least); every third is abandoned for its lease to lapse.
@@ -165,7 +172,8 @@ class Scheduler {
       v1::DetachRequest req;
       req.set_session_id(session_id_);
       v1::DetachResponse resp;
-      const absl::Status status = cache_.Detach(req, &resp);
+      const absl::Status status =
+          Timed(RpcMethod::kDetach, [&] { return cache_.Detach(req, &resp); });
       if (status.ok()) {
         ++report_.detaches;
       } else if (!absl::IsNotFound(status)) {
@@ -180,7 +188,8 @@ class Scheduler {
     *req.mutable_identity() = Identity();
     req.set_client_name(absl::StrCat("scheduler-", index_));
     v1::AttachResponse resp;
-    const absl::Status status = cache_.Attach(req, &resp);
+    const absl::Status status =
+        Timed(RpcMethod::kAttach, [&] { return cache_.Attach(req, &resp); });
     if (!status.ok()) {
       report_.unexpected.push_back(status.ToString());
       return false;
@@ -317,7 +326,11 @@ class Scheduler {
       v1::KeepAliveRequest req;
       req.set_session_id(session_id_);
       v1::KeepAliveResponse resp;
-      if (!cache_.KeepAlive(req, &resp).ok()) return Lost();
+      if (!Timed(RpcMethod::kKeepAlive, [&] {
+             return cache_.KeepAlive(req, &resp);
+           }).ok()) {
+        return Lost();
+      }
     }
     return true;
   }
@@ -339,7 +352,8 @@ class Scheduler {
       ++report_.packed_steps;
     }
     v1::StepResponse resp;
-    const absl::Status status = cache_.Step(request, &resp);
+    const absl::Status status =
+        Timed(RpcMethod::kStep, [&] { return cache_.Step(request, &resp); });
     if (absl::IsNotFound(status)) return Lost();
     if (!status.ok()) {
       report_.unexpected.push_back(status.ToString());
@@ -358,6 +372,18 @@ class Scheduler {
     }
     out->assign(results.begin(), results.end());
     return true;
+  }
+
+  // Runs `call` and reports it to the metrics, as the gRPC adapter does.
+  template <typename Call>
+  absl::Status Timed(RpcMethod method, Call call) {
+    const auto start = std::chrono::steady_clock::now();
+    absl::Status status = call();
+    rpcs_.OnRpc(
+        method, status.code(),
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count());
+    return status;
   }
 
   // The session lapsed or was evicted: its requests went with it.
@@ -381,6 +407,7 @@ class Scheduler {
   }
 
   StateCache& cache_;
+  RpcObserver& rpcs_;
   const int index_;
   std::mt19937_64 rng_;
   WorkerReport& report_;
@@ -421,13 +448,13 @@ TEST(StateCacheStressTest, ConcurrentSessionsResizesExpiryAndScrapes) {
   // Foreground threads still running; the background ones (maintenance,
   // scraper, operator) go on until it is 0.
   std::atomic<int> foreground{kWorkers + 1};
-  std::latch start(kWorkers + 5);  // every thread and this one
+  std::latch start(kWorkers + 6);  // every thread and this one
   std::vector<WorkerReport> reports(kWorkers);
   std::vector<std::thread> threads;
 
   for (int i = 0; i < kWorkers; ++i) {
     threads.emplace_back([&, i] {
-      Scheduler scheduler(*cache, i, 1000 + i, reports[i]);
+      Scheduler scheduler(*cache, metrics, i, 1000 + i, reports[i]);
       start.arrive_and_wait();
       scheduler.Run(budget);
       foreground.fetch_sub(1);
@@ -491,29 +518,35 @@ TEST(StateCacheStressTest, ConcurrentSessionsResizesExpiryAndScrapes) {
     }
   });
 
-  int64_t scrapes = 0;
-  std::vector<std::string> scrape_errors;
-  threads.emplace_back([&] {
-    start.arrive_and_wait();
-    double kept = 0, expiries = 0, resumes = 0;
-    while (foreground.load() > 0 || scrapes < 3) {
-      const std::string text = metrics.Render();
-      ++scrapes;
-      // Counters only grow, whatever ran between two scrapes.
-      const double k = Sample(text, "statecache_checkpoints_kept_total");
-      const double e = Sample(text, "statecache_lease_expiries_total");
-      const double r =
-          Sample(text, "statecache_resumes_total{outcome=\"fork\"}");
-      if (k < kept || e < expiries || r < resumes) {
-        scrape_errors.push_back(absl::StrCat(
-            "counter went back: kept ", kept, "->", k, " expiries ", expiries,
-            "->", e, " forks ", resumes, "->", r));
+  struct Scraper {
+    int64_t scrapes = 0;
+    std::vector<std::string> errors;
+  };
+  std::vector<Scraper> scrapers(2);
+  for (Scraper& scraper : scrapers) {
+    threads.emplace_back([&] {
+      start.arrive_and_wait();
+      double kept = 0, expiries = 0, resumes = 0;
+      while (foreground.load() > 0 || scraper.scrapes < 3) {
+        const std::string text = metrics.Render();
+        ++scraper.scrapes;
+        // Counters only grow, whatever ran between two scrapes (the other
+        // scraper's included).
+        const double k = Sample(text, "statecache_checkpoints_kept_total");
+        const double e = Sample(text, "statecache_lease_expiries_total");
+        const double r =
+            Sample(text, "statecache_resumes_total{outcome=\"fork\"}");
+        if (k < kept || e < expiries || r < resumes) {
+          scraper.errors.push_back(absl::StrCat(
+              "counter went back: kept ", kept, "->", k, " expiries ", expiries,
+              "->", e, " forks ", resumes, "->", r));
+        }
+        kept = k;
+        expiries = e;
+        resumes = r;
       }
-      kept = k;
-      expiries = e;
-      resumes = r;
-    }
-  });
+    });
+  }
 
   int64_t reads = 0, evictions = 0;
   std::vector<std::string> read_errors;
@@ -534,6 +567,10 @@ TEST(StateCacheStressTest, ConcurrentSessionsResizesExpiryAndScrapes) {
       }
       if (absl::Status st = cache->CheckInvariants(); !st.ok()) {
         read_errors.push_back(st.ToString());
+      }
+      if (reads % 16 == 0) {
+        (void)cache->DumpPool();
+        (void)cache->DebugDump();
       }
       if (reads % 64 == 0 && sessions.sessions_size() > 0) {
         v1::EvictSessionRequest req;
@@ -584,13 +621,16 @@ TEST(StateCacheStressTest, ConcurrentSessionsResizesExpiryAndScrapes) {
   }
   EXPECT_GT(ticks, 0);
   EXPECT_GT(expiries_seen, 0);
-  EXPECT_GE(scrapes, 3);
-  EXPECT_TRUE(scrape_errors.empty()) << scrape_errors.front();
+  for (const Scraper& scraper : scrapers) {
+    EXPECT_GE(scraper.scrapes, 3);
+    EXPECT_TRUE(scraper.errors.empty()) << scraper.errors.front();
+  }
   EXPECT_GE(reads, 3);
   EXPECT_TRUE(read_errors.empty()) << read_errors.front();
   RecordProperty("resizes", static_cast<int>(resizes));
   RecordProperty("ticks", static_cast<int>(ticks));
-  RecordProperty("scrapes", static_cast<int>(scrapes));
+  RecordProperty("scrapes",
+                 static_cast<int>(scrapers[0].scrapes + scrapers[1].scrapes));
   RecordProperty("evictions", static_cast<int>(evictions));
 
   // Quiet now: the abandoned sessions lapse, the fences lift, and every
@@ -623,6 +663,11 @@ TEST(StateCacheStressTest, ConcurrentSessionsResizesExpiryAndScrapes) {
             static_cast<double>(end.lease_expiries()));
   EXPECT_EQ(Sample(text, "statecache_slots_capacity"),
             static_cast<double>(end.slots_total()));
+  int64_t steps = 0;
+  for (const WorkerReport& r : reports) steps += r.steps;
+  EXPECT_EQ(
+      Sample(text, "statecache_rpc_duration_seconds_count{method=\"Step\"}"),
+      static_cast<double>(steps));
 }
 
 }  // namespace
