@@ -242,7 +242,8 @@ def main():
     parser.add_argument("--tsan-build", default="build-tsan")
     parser.add_argument("--fuzz-build", default="build-fuzz")
     parser.add_argument("--fuzz-seconds", default="45")
-    parser.add_argument("--stages", default="main,asan,tsan,pool_fuzz,step_fuzz",
+    parser.add_argument("--stages",
+                        default="main,asan,tsan,pool_fuzz,step_fuzz",
                         help="comma-separated subset, in this order")
     args = parser.parse_args()
 
