@@ -11,6 +11,8 @@ its output shown as it comes and kept in BUILD/suite-logs/STAGE.log:
                                 bench, python, ...)
   sanitizers   make test-asan   the core, replay tool, daemon core and device
                                 layer under ASan+UBSan
+  tsan         make test-tsan   the daemon core and its concurrent stress
+                                under ThreadSanitizer (any report fails)
   pool_fuzz    make test-fuzz-pool   libFuzzer, FUZZ_SECONDS each
   step_fuzz    make test-fuzz-step
 
@@ -237,18 +239,22 @@ def main():
     parser.add_argument("--make", default="make")
     parser.add_argument("--build", default="build")
     parser.add_argument("--asan-build", default="build-asan")
+    parser.add_argument("--tsan-build", default="build-tsan")
     parser.add_argument("--fuzz-build", default="build-fuzz")
-    parser.add_argument("--fuzz-seconds", default="60")
-    parser.add_argument("--stages", default="main,asan,pool_fuzz,step_fuzz",
+    parser.add_argument("--fuzz-seconds", default="45")
+    parser.add_argument("--stages",
+                        default="main,asan,tsan,pool_fuzz,step_fuzz",
                         help="comma-separated subset, in this order")
     args = parser.parse_args()
 
     make_vars = [f"BUILD={args.build}", f"ASAN_BUILD={args.asan_build}",
+                 f"TSAN_BUILD={args.tsan_build}",
                  f"FUZZ_BUILD={args.fuzz_build}",
                  f"FUZZ_SECONDS={args.fuzz_seconds}"]
     all_stages = {
         "main": Stage("main suite", "test-main", args.build),
         "asan": Stage("sanitizers (ASan+UBSan)", "test-asan", args.asan_build),
+        "tsan": Stage("ThreadSanitizer", "test-tsan", args.tsan_build),
         "pool_fuzz": Stage(f"pool_fuzz ({args.fuzz_seconds} s)",
                            "test-fuzz-pool"),
         "step_fuzz": Stage(f"step_fuzz ({args.fuzz_seconds} s)",
