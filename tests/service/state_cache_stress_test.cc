@@ -561,7 +561,11 @@ TEST(StateCacheStressTest, ConcurrentSessionsResizesExpiryAndScrapes) {
         read_errors.push_back(stats.ShortDebugString());
       }
       v1::ListSessionsResponse sessions;
-      cache->ListSessions(&sessions);
+      if (absl::Status st =
+              cache->ListSessions(v1::ListSessionsRequest(), &sessions);
+          !st.ok()) {
+        read_errors.push_back(st.ToString());
+      }
       for (const v1::SessionInfo& s : sessions.sessions()) {
         if (s.slots() > kQuota) read_errors.push_back(s.ShortDebugString());
       }
@@ -574,7 +578,7 @@ TEST(StateCacheStressTest, ConcurrentSessionsResizesExpiryAndScrapes) {
       }
       if (reads % 64 == 0 && sessions.sessions_size() > 0) {
         v1::EvictSessionRequest req;
-        req.set_session_id(sessions.sessions(0).session_id());
+        req.set_handle(sessions.sessions(0).handle());
         v1::EvictSessionResponse resp;
         // NOT_FOUND: it ended since the listing.
         evictions += cache->EvictSession(req, &resp).ok();
