@@ -468,6 +468,7 @@ absl::StatusOr<SessionInfo> Client::Attach(const ModelIdentity& identity,
       .transfer = FromProto(response.transfer()),
       .max_operations_per_step = response.max_operations_per_step(),
       .max_hashes_per_step = response.max_hashes_per_step(),
+      .handle = response.handle(),
       .state_memory = response.has_memory()
                           ? response.memory().SerializeAsString()
                           : std::string()};

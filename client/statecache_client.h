@@ -98,6 +98,8 @@ struct SessionInfo {
   int32_t max_operations_per_step = 0;
   // Hashes one Step may carry over all its operations.
   int64_t max_hashes_per_step = 0;
+  // What operators and the daemon's log call the session; not a credential.
+  std::string handle;
   // The state memory, as a serialized statecache.v1.StateMemory; empty when
   // the daemon keeps none. RegionFromStateMemory (client/state_memory.h)
   // turns it into the typed view (layout, every placement) that

@@ -321,7 +321,8 @@ grpc::ServerUnaryReactor* StateCacheGrpcService::Attach(
   const Peer caller = ResolvePeer(*context, peers_);
   absl::Status status = cache_->Attach(*request, response, caller);
   if (status.ok()) {
-    events_->Attached(response->session_id(), request->client_name(),
+    events_->Attached(response->session_id(), response->handle(),
+                      request->client_name(),
                       absl::StrCat(context->peer(), " ", caller.Describe()));
   } else {
     LOG_INFO("attach refused: client=\"%s\" peer=%s %s: %s",

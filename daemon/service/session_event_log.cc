@@ -9,29 +9,38 @@
 namespace statecache {
 
 void SessionEventLog::Attached(const std::string& session_id,
+                               const std::string& handle,
                                const std::string& client_name,
                                std::string_view peer) {
   {
     absl::MutexLock lock(&mu_);
-    client_names_[session_id] = client_name;
+    attached_[session_id] = Attachment{handle, client_name};
   }
-  LOG_INFO("session %s attached: client=\"%s\" peer=%s", session_id,
+  LOG_INFO("session %s attached: client=\"%s\" peer=%s", handle,
            absl::CHexEscape(client_name), peer);
+}
+
+SessionEventLog::Attachment SessionEventLog::Forget(
+    const std::string& session_id) {
+  Attachment attachment{"(unknown)", ""};
+  auto it = attached_.find(session_id);
+  if (it != attached_.end()) {
+    attachment = std::move(it->second);
+    attached_.erase(it);
+  }
+  return attachment;
 }
 
 void SessionEventLog::Ended(const std::string& session_id, std::string_view how,
                             int32_t requests_released) {
-  std::string client_name;
+  Attachment attachment;
   {
     absl::MutexLock lock(&mu_);
-    auto it = client_names_.find(session_id);
-    if (it != client_names_.end()) {
-      client_name = std::move(it->second);
-      client_names_.erase(it);
-    }
+    attachment = Forget(session_id);
   }
-  LOG_INFO("session %s %s: client=\"%s\" requests_released=%d", session_id, how,
-           absl::CHexEscape(client_name), requests_released);
+  LOG_INFO("session %s %s: client=\"%s\" requests_released=%d",
+           attachment.handle, how, absl::CHexEscape(attachment.client_name),
+           requests_released);
 }
 
 void SessionEventLog::OnSessionEnded(const std::string& session_id,
@@ -40,10 +49,11 @@ void SessionEventLog::OnSessionEnded(const std::string& session_id,
                                      int32_t requests_released) {
   if (how == SessionEnd::kDetached) return;  // the adapter logs detaches
   absl::MutexLock lock(&mu_);
-  client_names_.erase(session_id);
+  Attachment attachment = Forget(session_id);
   // The adapter logs an eviction, as the operator named the session.
   if (how == SessionEnd::kEvicted) return;
-  expiries_.push_back(Expiry{session_id, client_name, requests_released});
+  expiries_.push_back(
+      Expiry{std::move(attachment.handle), client_name, requests_released});
 }
 
 void SessionEventLog::LogExpiries() {
@@ -56,7 +66,7 @@ void SessionEventLog::LogExpiries() {
     LOG_INFO(
         "session %s expired (lease lapsed): client=\"%s\" "
         "requests_released=%d",
-        e.session_id, absl::CHexEscape(e.client_name), e.requests_released);
+        e.handle, absl::CHexEscape(e.client_name), e.requests_released);
   }
 }
 

@@ -30,9 +30,11 @@ class SessionEventLog : public StateCacheObserver {
   SessionEventLog(const SessionEventLog&) = delete;
   SessionEventLog& operator=(const SessionEventLog&) = delete;
 
-  // A session was opened by `peer` (a gRPC peer string).
-  void Attached(const std::string& session_id, const std::string& client_name,
-                std::string_view peer) ABSL_LOCKS_EXCLUDED(mu_);
+  // A session was opened by `peer` (its description). Lines name sessions
+  // by `handle`: a session id is its holder's secret and stays out of logs.
+  void Attached(const std::string& session_id, const std::string& handle,
+                const std::string& client_name, std::string_view peer)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // A session the adapter ended; `how` is "detached" or "evicted".
   void Ended(const std::string& session_id, std::string_view how,
              int32_t requests_released) ABSL_LOCKS_EXCLUDED(mu_);
@@ -49,11 +51,18 @@ class SessionEventLog : public StateCacheObserver {
 
  private:
   absl::Mutex mu_;
-  // Session id -> client name, for every session believed attached.
-  absl::flat_hash_map<std::string, std::string> client_names_
-      ABSL_GUARDED_BY(mu_);
+  struct Attachment {
+    std::string handle;
+    std::string client_name;
+  };
+  // The handle and name a session id's lines show (empty if unknown), and
+  // forgets it.
+  Attachment Forget(const std::string& session_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Session id -> what its lines show, for every session believed attached.
+  absl::flat_hash_map<std::string, Attachment> attached_ ABSL_GUARDED_BY(mu_);
   struct Expiry {
-    std::string session_id;
+    std::string handle;
     std::string client_name;
     int32_t requests_released;
   };

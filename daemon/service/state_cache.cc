@@ -246,6 +246,7 @@ absl::Status StateCache::Attach(const v1::AttachRequest& request,
   }
   Session& session = sessions_.Add(request.client_name(), peer, clock_->Now());
   response->set_session_id(session.id);
+  response->set_handle(session.handle);
   response->set_lease_ttl_ms(absl::ToInt64Milliseconds(options_.lease_ttl));
   response->set_epoch(epoch_);
   response->set_num_slots(memory_.num_slots());

@@ -321,6 +321,8 @@ class Session:
         num_slots: the pool's size at attach.
         transfer: the daemon's :class:`TransferConfig`.
         max_operations_per_step: operations one step may carry.
+        handle: what operators and the daemon's log call this session
+            (not a credential, unlike session_id).
         max_hashes_per_step: hashes one step may carry over all its
             operations (block hashes, reservation positions, unindexed
             hashes).
@@ -366,6 +368,7 @@ class Session:
         self.transfer = _plain(TransferConfig, response.transfer)
         self.max_operations_per_step = response.max_operations_per_step
         self.max_hashes_per_step = response.max_hashes_per_step
+        self.handle = response.handle
         self.memory = (StateMemory._from_proto(response.memory)
                        if response.HasField("memory") else None)
         self.identity = identity

@@ -248,3 +248,13 @@ def test_streams_past_the_per_connection_cap_wait_for_one_to_end(
     for requests, _ in held[1:]:
         requests.put(None)
     channel.close()
+
+
+def test_the_log_names_sessions_by_handle_never_by_id(daemon, client):
+    with attach(client) as session:
+        assert session.handle == "s1"
+        secret = session.session_id
+    assert _eventually(lambda: "session s1 detached" in daemon.log())
+    log = daemon.log()
+    assert "session s1 attached" in log and "uid:0" in log
+    assert secret not in log
