@@ -111,7 +111,7 @@ def scenario(binary, hashes, cap, seconds):
             "http://127.0.0.1:%s/metrics" % port).read().decode()
         sums = counts = 0.0
         for line in text.splitlines():
-            if 'kind="unindex"' not in line:
+            if "unindex" not in line:
                 continue
             if line.startswith("statecache_step_operation_duration_seconds_sum"):
                 sums += float(line.split()[-1])
