@@ -14,7 +14,6 @@
 #include <fcntl.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -429,39 +428,12 @@ absl::Status StartMetrics(Metrics& metrics, StateCache& cache,
   return absl::OkStatus();
 }
 
-// Health: the server as a whole ("") and each service by name.
-void SetServing(grpc::Server& server, bool serving) {
-  grpc::HealthCheckServiceInterface* health = server.GetHealthCheckService();
-  if (health == nullptr) return;
-  health->SetServingStatus(v1::StateCache::service_full_name(), serving);
-  health->SetServingStatus(v1::StateCacheAdmin::service_full_name(), serving);
-  health->SetServingStatus(serving);
-}
-
 // The stop signal that arrived (blocked by BlockStopSignals).
 int WaitForSignal(const sigset_t& signals) {
   int signal_number = 0;
   while (sigwait(&signals, &signal_number) != 0) {
   }
   return signal_number;
-}
-
-// Lets calls in flight finish after new sessions are refused: a Step being
-// served on a stream and a Resize get up to `grace` (after it, a pending
-// Resize call finishes CANCELLED). gRPC's own Shutdown would also wait that
-// long for every idle connection to go away (see call_tracker.h), so it gets
-// only the grace that is left, at most kUnaryTail: ample for unary calls,
-// which answer in microseconds.
-void DrainCalls(CallTracker& calls, Serving& serving, absl::Duration grace) {
-  constexpr absl::Duration kUnaryTail = absl::Milliseconds(200);
-  const absl::Time grace_end = absl::Now() + grace;
-  if (const int64_t busy = calls.in_flight(); busy > 0) {
-    LOG_INFO("waiting for %d call(s) in progress", busy);
-    if (const int64_t left = calls.WaitIdle(grace_end); left > 0) {
-      LOG_WARNING("grace period over: cancelling %d call(s) in progress", left);
-    }
-  }
-  serving.Stop(std::min(grace_end, absl::Now() + kUnaryTail));
 }
 
 // The serving flags; the connection cap defaults to half the descriptor
@@ -553,8 +525,7 @@ int Serve() {
     return absl::IsInvalidArgument(serving.status()) ? kExitConfigError
                                                      : kExitServeError;
   }
-  grpc::Server& server = (*serving)->server();
-  SetServing(server, true);
+  (*serving)->SetHealth(true);
 
   MaintenanceThread maintenance(cache->get(), &events);
 
@@ -573,8 +544,8 @@ int Serve() {
            absl::FormatDuration(absl::GetFlag(FLAGS_shutdown_grace)));
 
   (*cache)->SetDraining(true);
-  SetServing(server, false);
-  DrainCalls(calls, **serving, absl::GetFlag(FLAGS_shutdown_grace));
+  (*serving)->SetHealth(false);
+  (*serving)->Drain(calls, absl::GetFlag(FLAGS_shutdown_grace));
   maintenance.Stop();
   serving->reset();
   // Destroying the cache cancels a resize still pending in the core; the

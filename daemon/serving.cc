@@ -1,9 +1,11 @@
 #include "daemon/serving.h"
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/security/server_credentials.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -17,6 +19,7 @@
 #include "daemon/common/status_macros.h"
 #include "daemon/listen_address.h"
 #include "daemon/service/log.h"
+#include "proto/statecache/v1/statecache.grpc.pb.h"
 
 namespace statecache {
 namespace {
@@ -142,6 +145,30 @@ absl::StatusOr<std::unique_ptr<Serving>> Serving::Start(
 }
 
 Serving::~Serving() { Stop(absl::Now()); }
+
+void Serving::SetHealth(bool serving) {
+  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
+  if (health == nullptr) return;
+  health->SetServingStatus(v1::StateCache::service_full_name(), serving);
+  health->SetServingStatus(v1::StateCacheAdmin::service_full_name(), serving);
+  health->SetServingStatus(serving);
+}
+
+// gRPC's own Shutdown would also wait the whole grace for every idle
+// connection to go away (see call_tracker.h), so it gets only the grace
+// that is left, at most kUnaryTail: ample for unary calls, which answer in
+// microseconds.
+void Serving::Drain(CallTracker& calls, absl::Duration grace) {
+  constexpr absl::Duration kUnaryTail = absl::Milliseconds(200);
+  const absl::Time grace_end = absl::Now() + grace;
+  if (const int64_t busy = calls.in_flight(); busy > 0) {
+    LOG_INFO("waiting for %d call(s) in progress", busy);
+    if (const int64_t left = calls.WaitIdle(grace_end); left > 0) {
+      LOG_WARNING("grace period over: cancelling %d call(s) in progress", left);
+    }
+  }
+  Stop(std::min(grace_end, absl::Now() + kUnaryTail));
+}
 
 void Serving::Stop(absl::Time deadline) {
   if (stopped_) return;

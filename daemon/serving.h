@@ -21,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "daemon/connection_gate.h"
+#include "daemon/service/call_tracker.h"
 #include "daemon/service/peer.h"
 
 namespace statecache {
@@ -53,11 +54,19 @@ class Serving {
       std::initializer_list<grpc::Service*> services, PeerTable* peers);
   ~Serving();
 
-  grpc::Server& server() { return *server_; }
   // The address as clients dial it (the picked port for TCP port 0).
   const std::string& address() const { return address_; }
   // What the doors refused so far.
   const ConnectionGate& gate() const { return *gate_; }
+
+  // The health service's answer: for the server as a whole ("") and for
+  // each of the daemon's services by name.
+  void SetHealth(bool serving);
+
+  // Lets calls in flight finish after new sessions are refused: those
+  // `calls` counts (a Step being served on a stream, a Resize) get up to
+  // `grace` (after it, a pending Resize finishes CANCELLED); then Stop.
+  void Drain(CallTracker& calls, absl::Duration grace);
 
   // Stops accepting (the socket file goes) and shuts the server down,
   // giving calls in flight until `deadline`. Idempotent.
