@@ -83,7 +83,10 @@ struct Peer {
 // connection's peer "fd:N", which is how a call finds its entry. A
 // descriptor number is reused only after gRPC closed the connection, and
 // the listener records the new connection before handing it over, so an
-// entry always describes the connection that now has that number.
+// entry describes the connection that now has that number. The one gap: a
+// call whose handler starts after its own connection closed and the
+// number went to a new peer is resolved as that peer. It is microseconds
+// wide, and using a session still needs that session's id.
 class PeerTable {
  public:
   void Record(int fd, const Peer& peer) ABSL_LOCKS_EXCLUDED(mu_);
