@@ -106,6 +106,8 @@ TEST_F(StatecachectlTest, StatsJsonMatchesGetStats) {
                 j["slots"]["held"].get<int64_t>() +
                 j["slots"]["vacant"].get<int64_t>(),
             16);
+  // The fixture's daemon fences nothing (--quarantine=0).
+  EXPECT_EQ(j["slots"]["quarantined"].get<int64_t>(), 0);
   EXPECT_EQ(j["sessions"]["attached"].get<int>(), 1);
   EXPECT_EQ(j["sessions"]["requests"].get<int>(), 2);
   EXPECT_TRUE(j["resumes"].contains("fork"));
