@@ -23,19 +23,12 @@
 #include "gtest/gtest.h"
 #include "proto/packed_form.h"
 #include "tests/service/fake_clock.h"
+#include "tests/service/test_identity.h"
 
 namespace statecache {
 namespace {
 
-constexpr int64_t kBlock = 64;
-
-v1::Identity TestIdentity() {
-  v1::Identity id;
-  id.set_model_id("test/model");
-  id.set_hash_block_size(kBlock);
-  id.set_hash_namespace("ns");
-  return id;
-}
+constexpr int64_t kBlock = kTestBlock;
 
 // Operations, tersely.
 v1::Operation AdmitOp(const std::string& id, int width,
