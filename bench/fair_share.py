@@ -4,14 +4,19 @@
 A victim session loops passes of begin_pass (one StepStream message each)
 and times every round trip; a neighbour process loops unary Steps that
 unindex as many hashes as the daemon lets one Step carry (hashes nobody
-filed: the most lock time per byte sent). Three scenarios, each against a
-fresh daemon:
+filed: the most lock time per byte sent), from one or several threads at
+once (several Steps in flight on one session). Each scenario runs against
+a fresh daemon:
 
   alone       the victim by itself (the baseline);
   uncapped    a neighbour sending 2,000,000 hashes a Step (16 MB, the
               message limit), with --max_hashes_per_step raised out of
               the way: what the daemon allowed before the cap;
-  capped      a neighbour at the default cap (65536 hashes a Step).
+  capped      a neighbour at the default cap (65536 hashes a Step);
+  capped x8 unfair / capped x8
+              the same neighbour with 8 Steps in flight, with
+              --fair_share=false (whoever takes the lock first goes first)
+              and with the default round-robin turns between sessions.
 
 Prints p50 / p99 / max of the victim's begin_pass round trip per scenario
 and the ratio of each to the baseline, and the time one neighbour Step's
@@ -29,6 +34,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 
@@ -49,19 +55,28 @@ def attach(channel, name):
         pb.AttachRequest(identity=IDENTITY, client_name=name)).session_id
 
 
-def neighbour(address, hashes, stop_path):
+def neighbour(address, hashes, stop_path, streams):
     channel = grpc.insecure_channel(address, options=[
         ("grpc.max_send_message_length", 64 << 20)])
     stub = pb_grpc.StateCacheStub(channel)
     session = attach(channel, "neighbour")
     step = pb.StepRequest(session_id=session, operations=[pb.Operation(
         unindex=pb.Unindex(hashes=range(1 << 40, (1 << 40) + hashes)))])
+    steps = [0] * streams
+
+    def loop(i):
+        while not os.path.exists(stop_path):
+            stub.Step(step)
+            steps[i] += 1
+
+    threads = [threading.Thread(target=loop, args=(i,))
+               for i in range(streams)]
     print("ready", flush=True)
-    steps = 0
-    while not os.path.exists(stop_path):
-        stub.Step(step)
-        steps += 1
-    print(steps, flush=True)
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    print(sum(steps), flush=True)
 
 
 def percentile(sorted_values, p):
@@ -69,10 +84,11 @@ def percentile(sorted_values, p):
                              int(p / 100.0 * len(sorted_values)))]
 
 
-def scenario(binary, hashes, cap, seconds):
+def scenario(binary, seconds, hashes, cap, streams, fair):
     flags = ["--model_id=fair-share", "--hash_block_size=64",
              "--num_slots=64", "--max_message_bytes=%d" % (64 << 20),
-             "--max_hashes_per_step=%d" % cap, "--metrics_address=127.0.0.1:0"]
+             "--max_hashes_per_step=%d" % cap, "--metrics_address=127.0.0.1:0",
+             "--fair_share=%s" % ("true" if fair else "false")]
     with Daemon(flags, binary=binary) as daemon, \
             tempfile.TemporaryDirectory() as tmp:
         stop_path = os.path.join(tmp, "stop")
@@ -80,7 +96,7 @@ def scenario(binary, hashes, cap, seconds):
         if hashes:
             other = subprocess.Popen(
                 [sys.executable, __file__, "--neighbour", daemon.address,
-                 str(hashes), stop_path], stdout=subprocess.PIPE, text=True)
+                 str(hashes), stop_path, str(streams)], stdout=subprocess.PIPE, text=True)
             assert other.stdout.readline().strip() == "ready"
         channel = grpc.insecure_channel(daemon.address)
         session = attach(channel, "victim")
@@ -118,14 +134,15 @@ def scenario(binary, hashes, cap, seconds):
             if line.startswith(
                     "statecache_step_operation_duration_seconds_count"):
                 counts += float(line.split()[-1])
-        return {"hold": sums / counts if counts else 0.0,"p50": percentile(times, 50), "p99": percentile(times, 99),
+        return {"hold": sums / counts if counts else 0.0, "p50": percentile(times, 50), "p99": percentile(times, 99),
                 "max": times[-1], "passes": len(times),
                 "neighbour_steps": neighbour_steps}
 
 
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "--neighbour":
-        neighbour(sys.argv[2], int(sys.argv[3]), sys.argv[4])
+        neighbour(sys.argv[2], int(sys.argv[3]), sys.argv[4],
+                  int(sys.argv[5]))
         return
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=3)
@@ -133,24 +150,28 @@ def main():
     parser.add_argument("--binary",
                         default=os.path.join(REPO, "build/bin/statecached"))
     args = parser.parse_args()
-    scenarios = [("alone", 0, 65536), ("uncapped", 2000000, 1 << 40),
-                 ("capped", 65536, 65536)]
-    results = {name: [] for name, _, _ in scenarios}
+    # name: (neighbour's hashes a Step, --max_hashes_per_step, Steps in
+    # flight, --fair_share)
+    scenarios = {"alone": (0, 65536, 1, True),
+                 "uncapped": (2000000, 1 << 40, 1, True),
+                 "capped": (65536, 65536, 1, True),
+                 "capped x8 unfair": (65536, 65536, 8, False),
+                 "capped x8": (65536, 65536, 8, True)}
+    results = {name: [] for name in scenarios}
     for _ in range(args.runs):
-        for name, hashes, cap in scenarios:
-            results[name].append(scenario(args.binary, hashes, cap,
-                                          args.seconds))
+        for name, params in scenarios.items():
+            results[name].append(scenario(args.binary, args.seconds, *params))
     base = {k: statistics.median(r[k] for r in results["alone"])
             for k in ("p50", "p99", "max")}
     print("victim begin_pass round trip, medians of %d runs of %g s"
           % (args.runs, args.seconds))
-    print("%-10s %10s %10s %10s %8s %8s %8s %9s %12s" % (
+    print("%-17s %9s %9s %9s %7s %7s %7s %9s %11s" % (
         "scenario", "p50 ms", "p99 ms", "max ms", "p50 x", "p99 x",
         "max x", "nb steps", "nb hold ms"))
-    for name, _, _ in scenarios:
+    for name in scenarios:
         m = {k: statistics.median(r[k] for r in results[name])
              for k in ("p50", "p99", "max", "neighbour_steps", "hold")}
-        print("%-10s %10.3f %10.3f %10.3f %8.1f %8.1f %8.1f %9d %12.3f" % (
+        print("%-17s %9.3f %9.3f %9.3f %7.1f %7.1f %7.1f %9d %11.3f" % (
             name, m["p50"] * 1e3, m["p99"] * 1e3, m["max"] * 1e3,
             m["p50"] / base["p50"], m["p99"] / base["p99"],
             m["max"] / base["max"], m["neighbour_steps"], m["hold"] * 1e3))

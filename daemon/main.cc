@@ -130,6 +130,9 @@ ABSL_FLAG(int64_t, max_hashes_per_step, 65536,
           "Hashes one Step may carry over all its operations (block hashes, "
           "reservation positions, unindexed hashes): bounds how long one "
           "session's Step can delay another's.");
+ABSL_FLAG(bool, fair_share, true,
+          "Steps take turns round robin between sessions, so one session's "
+          "many Steps in flight cannot all go before another's.");
 ABSL_FLAG(int64_t, max_slots_per_session, 0,
           "Slots one session's requests may hold at once (slots and midstep "
           "reservations); an admit or reserve past it is refused "
@@ -262,6 +265,7 @@ absl::StatusOr<StateCacheOptions> OptionsFromFlags() {
   }
   options.max_operations_per_step = absl::GetFlag(FLAGS_max_ops_per_step);
   options.max_hashes_per_step = absl::GetFlag(FLAGS_max_hashes_per_step);
+  options.fair_share = absl::GetFlag(FLAGS_fair_share);
   if (options.max_operations_per_step < 1) {
     return absl::InvalidArgumentError("--max_ops_per_step must be >= 1");
   }

@@ -1,10 +1,12 @@
 #include "daemon/service/state_cache.h"
 
 #include <algorithm>
+#include <optional>
 #include <random>
 #include <string_view>
 #include <utility>
 
+#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/common/status_macros.h"
 #include "daemon/device/dtype.h"
@@ -262,6 +264,11 @@ absl::Status StateCache::Detach(const v1::DetachRequest& request,
                                 const Peer& peer) {
   std::function<void()> done;
   {
+    std::optional<FairTurns::Turn> turn;
+    if (options_.fair_share) {
+      turn.emplace(turns_,
+                   absl::Hash<std::string_view>{}(request.session_id()));
+    }
     absl::MutexLock lock(&mu_);
     ASSIGN_OR_RETURN(Session * session,
                      FindSession(request.session_id(), peer));
@@ -354,6 +361,11 @@ absl::Status StateCache::Step(const v1::StepRequest& request,
   }
   std::function<void()> done;
   {
+    std::optional<FairTurns::Turn> turn;
+    if (options_.fair_share) {
+      turn.emplace(turns_,
+                   absl::Hash<std::string_view>{}(request.session_id()));
+    }
     absl::MutexLock lock(&mu_);
     ASSIGN_OR_RETURN(Session * session,
                      FindSession(request.session_id(), peer));

@@ -37,6 +37,7 @@
 #include "daemon/device/device.h"
 #include "daemon/service/access_policy.h"
 #include "daemon/service/cycle_clock.h"
+#include "daemon/service/fair_turns.h"
 #include "daemon/service/operations.h"
 #include "daemon/service/peer.h"
 #include "daemon/service/resize.h"
@@ -71,6 +72,10 @@ struct StateCacheOptions {
   // AttachResponse.max_hashes_per_step): bounds one Step's time under the
   // lock, so one session's heavy legal Steps delay another's only so much.
   int64_t max_hashes_per_step = 65536;
+  // Steps take turns round robin between sessions (fair_turns.h), so one
+  // session's many Steps in flight wait behind each other, not in front of
+  // another session's; false lets whoever takes the mutex first go first.
+  bool fair_share = true;
   // Slots one session's requests may hold at once (their slots and midstep
   // reservations; the fork sources its clock pins are not counted: at most
   // about one per request, for two passes). 0 = no quota.
@@ -229,6 +234,8 @@ class StateCache {
   // (renewed by any call) are left out. O(pool + requests).
   std::string DebugDump() const ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status CheckInvariants() const ABSL_LOCKS_EXCLUDED(mu_);
+  // For tests: Steps waiting for their session's turn (fair_share).
+  int StepsWaitingForTurn() const { return turns_.waiting(); }
 
  private:
   explicit StateCache(StateCacheOptions options, SlotMemory memory);
@@ -272,6 +279,8 @@ class StateCache {
   // timings; 0 while none does (then a Step reads no clock).
   double seconds_per_tick_ = 0;
 
+  // Taken before mu_ by each Step when options_.fair_share.
+  FairTurns turns_;
   mutable absl::Mutex mu_;
   SlotMemory memory_ ABSL_GUARDED_BY(mu_);
   SessionTable sessions_ ABSL_GUARDED_BY(mu_);
