@@ -178,6 +178,9 @@ int64_t SlotPool::PopUnchecked() {
     Clear(slot, kFree | kInLru);
     --num_free_;
     ++fates_.evicted;
+    if (log_spent_) {
+      spent_.push_back(Spent{slot, slots_[slot].hash, Is(slot, kSpeculative)});
+    }
     // Evictions walk the LRU in order, so the next ones are known: start
     // fetching what they will touch. The new head's record was fetched by
     // the previous eviction, so reading it here is cheap; fetch its index

@@ -352,6 +352,24 @@ class SlotPool {
   // Checkpoints currently indexed (hash_to_slot's size).
   int64_t NumIndexed() const { return hash_to_slot_.size(); }
 
+  // --------------------------- spent checkpoints ------------------------- //
+
+  // A checkpoint an eviction spent: its slot (still holding its bytes until
+  // the caller lets anything write the slot), the hash it was filed under,
+  // and whether it was a guess.
+  struct Spent {
+    int64_t slot = -1;
+    int64_t hash = -1;
+    bool speculative = false;
+  };
+  // While on, each eviction (Pop, PopMany, ReserveMidstep, Checkpoint and
+  // a shrink's spending) also appends what it spent to spent(), in order,
+  // until ClearSpent. The pool's decisions are the same either way: the log
+  // is for a host tier to keep the bytes.
+  void LogSpent(bool on) { log_spent_ = on; }
+  const std::vector<Spent>& spent() const { return spent_; }
+  void ClearSpent() { spent_.clear(); }
+
   // ------------------------------ debugging ------------------------------ //
 
   PoolSnapshot Dump() const;
@@ -457,6 +475,8 @@ class SlotPool {
   std::vector<int32_t> sort_scratch_;  // ReleasePins' room to sort pinned_
   HashIndex hash_to_slot_;
   std::vector<std::pair<int64_t, int64_t>> relocations_;
+  bool log_spent_ = false;
+  std::vector<Spent> spent_;
   CheckpointFates fates_;
   // Scratch for SeenBefore (mutable: used by const validation).
   mutable std::vector<uint32_t> scratch_;

@@ -67,6 +67,9 @@ absl::StatusOr<std::optional<SlotRetirement>> SlotPool::RetireTop() {
 }
 
 void SlotPool::SpendCheckpoint(int64_t slot) {
+  if (log_spent_) {
+    spent_.push_back(Spent{slot, slots_[slot].hash, Is(slot, kSpeculative)});
+  }
   ClaimUnchecked(slot);
   ++fates_.evicted;  // corrections.py, first defect: shrinking evicts too
   Clear(slot, kSpeculative);

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "daemon/core/host_tier.h"
 #include "nlohmann/json.hpp"
 
 namespace statecache::replay {
@@ -501,8 +502,52 @@ std::string FormatResult(const CallResult& result) {
   return Dumps(json{{"ret", std::visit(ValueToJson{}, result.value)}});
 }
 
+namespace {
+
+// What the tier makes of call `i` (see TierReplay).
+void FeedTier(SlotPool& pool, HostTier& tier, const Call& call,
+              const CallResult& result, size_t i,
+              std::vector<std::string>& events) {
+  json demoted = json::array(), evicted = json::array(), erased = json::array();
+  for (const SlotPool::Spent& spent : pool.spent()) {
+    const HostTier::Filed filed = tier.Insert(spent.hash, spent.speculative);
+    demoted.push_back(json::array({spent.hash, spent.speculative ? 1 : 0}));
+    if (filed.evicted_hash >= 0) evicted.push_back(filed.evicted_hash);
+  }
+  pool.ClearSpent();
+  int64_t tier_hit = 0;
+  if (result.status.ok() && call.op == Op::kUnindex && tier.Erase(call.a)) {
+    erased.push_back(call.a);
+  } else if (result.status.ok() && call.op == Op::kClearIndex) {
+    for (int64_t hash : tier.Dump()) erased.push_back(hash);
+    tier.Clear();
+  } else if (result.status.ok() && call.op == Op::kResumableHit && !call.flag &&
+             call.seq.has_value()) {
+    // The fork-room rule alone, then the deepest prefix the tier holds.
+    const int64_t device = std::get<int64_t>(result.value);
+    absl::StatusOr<int64_t> deepest =
+        pool.ResumableHit(*call.seq, call.a, call.ints, true);
+    for (int64_t b = deepest.ok() ? *deepest : 0; b > device; --b) {
+      if (tier.Find(call.ints[b - 1]) >= 0) {
+        tier_hit = b;
+        break;
+      }
+    }
+  }
+  if (demoted.empty() && erased.empty() && tier_hit == 0) return;
+  events.push_back(Dumps(json{{"line", i},
+                              {"demoted", demoted},
+                              {"evicted", evicted},
+                              {"erased", erased},
+                              {"tier_hit", tier_hit}}));
+}
+
+}  // namespace
+
 std::vector<std::string> ReplayTrace(const std::vector<std::string>& lines,
-                                     Timing* timing) {
+                                     Timing* timing, TierReplay* tier) {
+  std::optional<HostTier> host_tier;
+  if (tier != nullptr) host_tier.emplace(tier->entries);
   using Clock = std::chrono::steady_clock;
   std::vector<std::string> out(lines.size());
   std::vector<ParsedLine> parsed;
@@ -533,6 +578,7 @@ std::vector<std::string> ReplayTrace(const std::vector<std::string>& lines,
       auto made = MakePool(p.config);
       if (made.ok()) {
         pool.emplace(std::move(*made));
+        if (host_tier.has_value()) pool->LogSpent(true);
         out[i] = Dumps(json{{"ok", true}});
       } else {
         no_pool_reason = made.status().ToString();
@@ -566,8 +612,14 @@ std::vector<std::string> ReplayTrace(const std::vector<std::string>& lines,
     }
     results[i] = Invoke(*pool, p.call);
     if (timing) ++timing->calls;
+    if (host_tier.has_value()) {
+      FeedTier(*pool, *host_tier, p.call, results[i], i, tier->events);
+    }
   }
   stop_run();
+  if (host_tier.has_value()) {
+    tier->events.push_back(Dumps(json{{"dump", host_tier->Dump()}}));
+  }
   for (size_t i = 0; i < parsed.size(); ++i) {
     if (out[i].empty()) out[i] = FormatResult(results[i]);
   }

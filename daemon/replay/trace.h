@@ -129,8 +129,23 @@ struct Timing {
   int64_t calls = 0;
   int64_t nanos = 0;
 };
+//
+// With `tier`, the checkpoints the pool spends also go to a host tier of
+// tier->entries entries (daemon/core/host_tier.h), as the daemon's would:
+// unindex and clear_index drop from it too. The result lines are the same
+// (the pool's decisions do not depend on the tier); tier->events gets one
+// JSON line per call that the tier saw something in: {"line": i,
+// "demoted": [[hash, guess]...], "evicted": [hash...], "erased": [hash...],
+// "tier_hit": blocks} (tier_hit: for resumable_hit, how deep the tier
+// would resume beyond the pool's answer, 0 if not deeper), and a last line
+// {"dump": [hash...]} (LRU order, head first).
+struct TierReplay {
+  int64_t entries = 0;
+  std::vector<std::string> events;
+};
 std::vector<std::string> ReplayTrace(const std::vector<std::string>& lines,
-                                     Timing* timing);
+                                     Timing* timing,
+                                     TierReplay* tier = nullptr);
 
 }  // namespace statecache::replay
 
