@@ -11,7 +11,7 @@
   recording rule of a temporary rules file for `promtool check rules`;
 - every metric, label and label value named exists (statecache_metrics.txt),
   and the panels cover checkpoint fates, occupancy, hit ratio, both latency
-  histograms and copy throughput.
+  histograms, copy throughput and the host tier.
 
 promtool is taken from $PROMTOOL, else PATH.
 """
@@ -40,6 +40,9 @@ REQUIRED_METRICS = {
     "statecache_step_operation_duration_seconds_bucket",
     "statecache_copy_bytes_total", "statecache_sessions",
     "statecache_lease_expiries_total",
+    # The host tier: its thrash signal, room and copy failures.
+    "statecache_checkpoints_demoted_total", "statecache_host_tier_evicted_total",
+    "statecache_host_tier_bytes", "statecache_host_tier_copy_failures_total",
 }
 
 

@@ -24,7 +24,8 @@ import deploylib
 
 REQUIRED_ALERTS = {"StatecachePoolThrashing", "StatecacheOrphansRising",
                    "StatecacheSlotsExhausted", "StatecacheSessionsExpiring",
-                   "StatecacheDown"}
+                   "StatecacheDown", "StatecacheHostTierCopyFailures",
+                   "StatecacheHostTierThrashing"}
 
 
 def promtool():
