@@ -51,6 +51,8 @@
 #define hipMemcpyDeviceToHost cudaMemcpyDeviceToHost
 #define hipMemcpyDeviceToDevice cudaMemcpyDeviceToDevice
 #define hipHostMallocDefault cudaHostAllocDefault
+#define hipHostMallocMapped cudaHostAllocMapped
+#define hipErrorOutOfMemory cudaErrorMemoryAllocation
 #define hipDeviceAttributeMultiprocessorCount cudaDevAttrMultiProcessorCount
 // Errors.
 #define hipGetErrorString cudaGetErrorString
@@ -66,6 +68,7 @@
 #define hipFree cudaFree
 #define hipHostMalloc cudaHostAlloc
 #define hipHostFree cudaFreeHost
+#define hipHostGetDevicePointer cudaHostGetDevicePointer
 #define hipMemcpy cudaMemcpy
 #define hipMemcpyAsync cudaMemcpyAsync
 #define hipMemset cudaMemset

@@ -1,11 +1,13 @@
-// Copy plans: a batch of (src slot, dst slot) copies turned into the copy
-// table (kernels/copy_table.h) that the copy runners execute in one go.
+// Copy plans: a batch of (src slot, dst slot) copies, or of slots to and from
+// slot images in host staging memory, turned into the copy table
+// (kernels/copy_table.h) that the copy runners execute in one go.
 //
 // The runners copy every descriptor at once in no particular order, so
 // BuildCopyTable guarantees at the slot level that no destination overlaps
 // another destination or any source (distinct slots are disjoint in every
 // arrangement), by refusing batches whose result would depend on the order
-// of the copies.
+// of the copies; BuildImageCopyTable does the same for images (disjoint
+// images, no slot written twice).
 //
 // Thread-safe: pure functions.
 #ifndef STATECACHE_DAEMON_DEVICE_COPY_PLAN_H_
@@ -23,6 +25,14 @@ namespace statecache {
 
 // (source slot, destination slot).
 using SlotPair = std::pair<int64_t, int64_t>;
+
+// One slot's image in staging memory: bytes_per_slot() bytes from `offset`,
+// the slot's pieces (each tensor of each layer, padding included) in
+// [layer][tensor] order, as a slot-major region lays out one slot.
+struct SlotImage {
+  int64_t slot = -1;
+  uint64_t offset = 0;
+};
 
 // The table that copies, for every pair, every piece (each tensor of each
 // layer, padding included) of the source slot onto the destination slot, in
@@ -44,6 +54,29 @@ using SlotPair = std::pair<int64_t, int64_t>;
 absl::StatusOr<CopyTable> BuildCopyTable(const StateLayout& layout,
                                          int64_t capacity, int64_t num_slots,
                                          absl::Span<const SlotPair> pairs);
+
+// The table that copies every piece of each image's slot, in a region of
+// `capacity` slots laid out by `layout`, to its place in the image (region
+// to staging: offsets are region offsets on the source side and staging
+// offsets on the destination side), or with `to_region` the reverse (each
+// image onto its slot). The staging memory is `staging_bytes` long.
+//
+// Coalesced as BuildCopyTable, in order of offset: in slot-major an image is
+// one descriptor, and images of consecutive slots at consecutive offsets
+// merge into one; in layer-major an image is one descriptor per (layer,
+// tensor) piece. Offsets that are multiples of kLayoutAlignment keep every
+// descriptor aligned (the GPU kernel's 16-byte path); others are copied,
+// more slowly.
+//
+// A slot may be read into several images (fan-out) unless `to_region`.
+// Images are independent: their order does not matter.
+// REQUIRES: 0 <= num_slots <= capacity <= kMaxLayoutSlots.
+// Errors (INVALID_ARGUMENT, naming the image, nothing built):
+//   a slot outside [0, num_slots); an image not inside [0, staging_bytes);
+//   two images that overlap; with `to_region`, a slot named twice.
+absl::StatusOr<CopyTable> BuildImageCopyTable(
+    const StateLayout& layout, int64_t capacity, int64_t num_slots,
+    uint64_t staging_bytes, absl::Span<const SlotImage> images, bool to_region);
 
 }  // namespace statecache
 

@@ -13,6 +13,10 @@
 //             relocations out of the tail ran): the region follows the slot
 //             count; the host backend returns the tail's memory.
 //   CommittedBytes  for GetStats and the metrics.
+//   AllocateStaging, ReadSlots, WriteSlots  the host tier: host memory for
+//             slot images (pinned on the GPU backends), whole slots copied
+//             out into images and back onto slots, one batched copy each,
+//             finished when the call returns (as Copy).
 //
 // Backends: HostDevice (POSIX shared memory, daemon/device/host_device.h)
 // and GpuDevice (hipMalloc + IPC handle, built with STATECACHE_WITH_HIP or
@@ -20,8 +24,11 @@
 //
 // Thread-safety: thread-compatible. Resize needs exclusive access (the
 // daemon calls it under its pool mutex, between copies). Copy, Export and
-// the accessors may run concurrently with each other; Copy calls are
-// serialised internally.
+// the accessors may run concurrently with each other; Copy, ReadSlots and
+// WriteSlots calls are serialised internally (one batched copy at a time).
+// AllocateStaging may run concurrently with any of them. A HostStaging is
+// thread-compatible: the caller keeps anyone from reading or writing the
+// images a ReadSlots or WriteSlots is copying.
 #ifndef STATECACHE_DAEMON_DEVICE_DEVICE_H_
 #define STATECACHE_DAEMON_DEVICE_DEVICE_H_
 
@@ -57,6 +64,18 @@ struct CopyResult {
   }
 };
 
+// Host memory the host tier keeps slot images in: `size()` bytes at `data()`.
+// Pinned (page-locked and mapped for the device) on the GPU backends, so one
+// launch of the copy kernel reaches it; ordinary memory on the host backend.
+// data() is aligned to at least 64 bytes. Destroying it frees the memory;
+// it may outlive the Device that allocated it (but is of no use then).
+class HostStaging {
+ public:
+  virtual ~HostStaging() = default;
+  virtual char* data() const = 0;
+  virtual uint64_t size() const = 0;
+};
+
 class Device {
  public:
   virtual ~Device() = default;
@@ -90,6 +109,31 @@ class Device {
   // src == dst, a slot written twice or both read and written) with nothing
   // copied; INTERNAL for a device failure.
   virtual absl::StatusOr<CopyResult> Copy(absl::Span<const SlotPair> pairs) = 0;
+
+  // Memory for slot images (see SlotImage, daemon/device/copy_plan.h), its
+  // bytes unspecified.
+  // REQUIRES: bytes > 0 (0 is refused with INVALID_ARGUMENT).
+  // Errors: RESOURCE_EXHAUSTED / INTERNAL when it cannot be had.
+  virtual absl::StatusOr<std::unique_ptr<HostStaging>> AllocateStaging(
+      uint64_t bytes) = 0;
+
+  // Copies each image's slot into the image (region -> staging), all in one
+  // batched copy (the host copier, or one kernel launch on the daemon's
+  // stream, synchronised); returns when the bytes are in place. A slot may
+  // be read into several images.
+  // REQUIRES: `staging` came from this device's AllocateStaging.
+  // Errors: INVALID_ARGUMENT from BuildImageCopyTable (nothing copied),
+  //   naming the entry: a slot outside [0, num_slots()), an image not inside
+  //   the staging memory, two images that overlap; INTERNAL for a device
+  //   failure.
+  virtual absl::StatusOr<CopyResult> ReadSlots(
+      HostStaging& staging, absl::Span<const SlotImage> images) = 0;
+  // The reverse (staging -> region): each image onto its slot, one batched
+  // copy; returns when the bytes are in place.
+  // REQUIRES: as ReadSlots.
+  // Errors: as ReadSlots, and a slot named twice.
+  virtual absl::StatusOr<CopyResult> WriteSlots(
+      const HostStaging& staging, absl::Span<const SlotImage> images) = 0;
 
   // Memory the region holds now, in bytes: allocated pages of the shared-
   // memory object (host), or the whole reservation (GPU without the

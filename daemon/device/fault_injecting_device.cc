@@ -1,7 +1,9 @@
 #include "daemon/device/fault_injecting_device.h"
 
+#include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "daemon/common/string_view_compat.h"
@@ -86,48 +88,93 @@ absl::Status FaultInjectingDevice::Resize(int64_t new_num_slots) {
   return base_->Resize(new_num_slots);
 }
 
-absl::StatusOr<CopyResult> FaultInjectingDevice::Copy(
-    absl::Span<const SlotPair> pairs) {
-  std::optional<absl::Status> fault;
-  bool forward = false;
-  {
-    absl::MutexLock lock(&mu_);
-    const int64_t call = ++counts_.copies;
-    const std::string what = absl::StrCat(
-        "copy #", call, " (", pairs.size(),
-        pairs.size() == 1 ? " pair" : " pairs",
-        pairs.empty()
-            ? std::string()
-            : absl::StrCat(", first ", pairs[0].first, " -> ", pairs[0].second),
-        ")");
-    if (Fires(nth_copy_)) {
-      fault = Injected(nth_copy_.error, what);
-      forward = nth_copy_.forward;
-    } else {
-      for (const SlotPair& pair : pairs) {
-        for (const int64_t slot : {pair.first, pair.second}) {
-          if (auto it = failing_slots_.find(slot); it != failing_slots_.end()) {
-            fault = Injected(it->second,
-                             absl::StrCat(what, ", touching slot ", slot));
-            break;
-          }
-        }
-        if (fault.has_value()) break;
-      }
-      if (!fault.has_value() && all_copies_.has_value()) {
-        fault = Injected(*all_copies_, what);
+std::optional<FaultInjectingDevice::CopyFault> FaultInjectingDevice::CountCopy(
+    std::string_view description, absl::Span<const int64_t> slots) {
+  absl::MutexLock lock(&mu_);
+  const int64_t call = ++counts_.copies;
+  const std::string what =
+      absl::StrCat("copy #", call, " (", Av(description), ")");
+  std::optional<CopyFault> fault;
+  if (Fires(nth_copy_)) {
+    fault = CopyFault{Injected(nth_copy_.error, what), nth_copy_.forward};
+  } else {
+    for (const int64_t slot : slots) {
+      if (auto it = failing_slots_.find(slot); it != failing_slots_.end()) {
+        fault = CopyFault{
+            Injected(it->second, absl::StrCat(what, ", touching slot ", slot))};
+        break;
       }
     }
-    if (fault.has_value()) ++counts_.copies_failed;
+    if (!fault.has_value() && all_copies_.has_value()) {
+      fault = CopyFault{Injected(*all_copies_, what)};
+    }
   }
-  if (!fault.has_value()) return base_->Copy(pairs);
-  if (forward) {
-    // The bytes move (or the wrapped device fails on its own); the caller
-    // is told of the injected failure either way.
-    absl::StatusOr<CopyResult> ran = base_->Copy(pairs);
+  if (fault.has_value()) ++counts_.copies_failed;
+  return fault;
+}
+
+namespace {
+
+std::vector<int64_t> ImageSlots(absl::Span<const SlotImage> images) {
+  std::vector<int64_t> slots;
+  slots.reserve(images.size());
+  for (const SlotImage& image : images) slots.push_back(image.slot);
+  return slots;
+}
+
+std::string DescribeImages(std::string_view kind,
+                           absl::Span<const SlotImage> images) {
+  return absl::StrCat(
+      Av(kind), " of ", images.size(), images.size() == 1 ? " slot" : " slots",
+      images.empty() ? std::string()
+                     : absl::StrCat(", first slot ", images[0].slot,
+                                    " at offset ", images[0].offset));
+}
+
+}  // namespace
+
+// The bytes move (or the wrapped device fails on its own) under a forwarded
+// fault; the caller is told of the injected failure either way.
+template <typename CopyFn>
+absl::StatusOr<CopyResult> FaultInjectingDevice::RunUnlessFaulted(
+    std::optional<CopyFault> fault, CopyFn copy) {
+  if (!fault.has_value()) return copy();
+  if (fault->forward) {
+    absl::StatusOr<CopyResult> ran = copy();
     if (!ran.ok()) return ran.status();
   }
-  return *std::move(fault);
+  return std::move(fault->error);
+}
+
+absl::StatusOr<CopyResult> FaultInjectingDevice::Copy(
+    absl::Span<const SlotPair> pairs) {
+  std::vector<int64_t> slots;
+  slots.reserve(pairs.size() * 2);
+  for (const SlotPair& pair : pairs) {
+    slots.push_back(pair.first);
+    slots.push_back(pair.second);
+  }
+  const std::string description = absl::StrCat(
+      pairs.size(), pairs.size() == 1 ? " pair" : " pairs",
+      pairs.empty()
+          ? std::string()
+          : absl::StrCat(", first ", pairs[0].first, " -> ", pairs[0].second));
+  return RunUnlessFaulted(CountCopy(description, slots),
+                          [&] { return base_->Copy(pairs); });
+}
+
+absl::StatusOr<CopyResult> FaultInjectingDevice::ReadSlots(
+    HostStaging& staging, absl::Span<const SlotImage> images) {
+  return RunUnlessFaulted(
+      CountCopy(DescribeImages("read", images), ImageSlots(images)),
+      [&] { return base_->ReadSlots(staging, images); });
+}
+
+absl::StatusOr<CopyResult> FaultInjectingDevice::WriteSlots(
+    const HostStaging& staging, absl::Span<const SlotImage> images) {
+  return RunUnlessFaulted(
+      CountCopy(DescribeImages("write", images), ImageSlots(images)),
+      [&] { return base_->WriteSlots(staging, images); });
 }
 
 }  // namespace statecache

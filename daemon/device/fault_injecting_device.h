@@ -11,26 +11,30 @@
 //   faulty->FailCopiesTouching(7);                // and every one on slot 7
 //
 // Faults:
-//   * Copy: the Nth Copy from now (one-shot), every Copy reading or writing
-//     a given slot, or every Copy (until cleared).
+//   * Copy: the Nth copy from now (one-shot), every copy reading or writing
+//     a given slot, or every copy (until cleared). ReadSlots and WriteSlots
+//     are copies too (a batched copy of slots, to or from host memory):
+//     they count towards the Nth, fail when one of their images' slots is
+//     named, and are counted in Counts::copies.
 //   * Resize: the Nth Resize from now (one-shot), or every Resize that grows
 //     the region (an allocation that fails), until cleared.
 // A fault's error is INTERNAL unless the caller gives another (an OK one
-// still fails, as INTERNAL); its message names the call (which Copy, its
-// first pair, the slot that matched; or the Resize's target) and says it
-// was injected. By default a failed call is not
+// still fails, as INTERNAL); its message names the call (which copy, its
+// first pair or image, the slot that matched; or the Resize's target) and
+// says it was injected. By default a failed call is not
 // forwarded (nothing copied, the region unchanged, as Device's contract
 // says of a failure); a Copy fault made with `forward` true runs the copy
 // first and reports the error afterwards (a device that wrote the bytes,
 // or some of them, and then failed: what a caller may not trust either).
-// Export, CommittedBytes and the accessors are forwarded unchanged (they
-// have no error to report).
+// Export, CommittedBytes, AllocateStaging and the accessors are forwarded
+// unchanged (they have no injected error to report).
 //
 // Calls are counted (attempted, failed), faulted or not, for tests that
 // assert a path ran no copy at all.
 //
 // Thread safety: as the wrapped Device (Device's contract: Resize needs
-// exclusive access; Copy, Export and the accessors may run concurrently),
+// exclusive access; the copies, Export and the accessors may run
+// concurrently),
 // and the fault methods may be called from any thread at any time: the
 // plan and the counters are guarded by a mutex, which is never held while
 // the wrapped device runs. A fault set concurrently with a call applies to
@@ -58,7 +62,7 @@ class FaultInjectingDevice : public Device {
   // How many calls of each kind reached this device, and how many of those
   // it failed.
   struct Counts {
-    int64_t copies = 0;
+    int64_t copies = 0;  // Copy, ReadSlots and WriteSlots calls
     int64_t copies_failed = 0;
     int64_t resizes = 0;
     int64_t resizes_failed = 0;
@@ -72,21 +76,23 @@ class FaultInjectingDevice : public Device {
 
   // ------------------------------------------------------------ faults
 
-  // The `n`th Copy from now fails with `error` (1: the next one); one-shot.
-  // With `forward`, that Copy runs on the wrapped device first. Every Copy
-  // counts towards n, whatever else fails it. A later call replaces an
-  // earlier pending one.
+  // The `n`th copy (Copy, ReadSlots or WriteSlots) from now fails with
+  // `error` (1: the next one); one-shot. With `forward`, that copy runs on
+  // the wrapped device first. Every copy counts towards n, whatever else
+  // fails it. A later call replaces an earlier pending one.
   // REQUIRES: n >= 1 (a smaller n never fires).
   void FailNthCopy(int64_t n,
                    absl::Status error = absl::InternalError("copy failed"),
                    bool forward = false) ABSL_LOCKS_EXCLUDED(mu_);
-  // Every Copy with a pair that reads or writes `slot` fails with `error`
-  // (not forwarded) until ClearFaults. Several slots may be named.
+  // Every Copy with a pair that reads or writes `slot`, and every ReadSlots
+  // or WriteSlots with an image of `slot`, fails with `error` (not
+  // forwarded) until ClearFaults. Several slots may be named.
   // REQUIRES: slot >= 0.
   void FailCopiesTouching(
       int64_t slot, absl::Status error = absl::InternalError("copy failed"))
       ABSL_LOCKS_EXCLUDED(mu_);
-  // Every Copy fails with `error` (not forwarded) until ClearFaults.
+  // Every copy (Copy, ReadSlots, WriteSlots) fails with `error` (not
+  // forwarded) until ClearFaults.
   void FailAllCopies(absl::Status error = absl::InternalError("copy failed"))
       ABSL_LOCKS_EXCLUDED(mu_);
   // The `n`th Resize from now fails with `error` (1: the next one), the
@@ -122,6 +128,17 @@ class FaultInjectingDevice : public Device {
   // device's.
   absl::StatusOr<CopyResult> Copy(absl::Span<const SlotPair> pairs) override
       ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<std::unique_ptr<HostStaging>> AllocateStaging(
+      uint64_t bytes) override {
+    return base_->AllocateStaging(bytes);
+  }
+  // Errors: as Copy's.
+  absl::StatusOr<CopyResult> ReadSlots(
+      HostStaging& staging, absl::Span<const SlotImage> images) override
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<CopyResult> WriteSlots(
+      const HostStaging& staging, absl::Span<const SlotImage> images) override
+      ABSL_LOCKS_EXCLUDED(mu_);
   uint64_t CommittedBytes() const override { return base_->CommittedBytes(); }
 
  private:
@@ -130,9 +147,26 @@ class FaultInjectingDevice : public Device {
     absl::Status error;
     bool forward = false;
   };
+  // The fault a copy fails with, and whether it runs first.
+  struct CopyFault {
+    absl::Status error;
+    bool forward = false;
+  };
   // Counts one call against `shot`: true when this is the call it fails
   // (the shot is then spent).
   static bool Fires(OneShot& shot);
+  // Counts one copy, `description` ("2 pairs, first 0 -> 1") naming it and
+  // `slots` the slots it reads or writes (in the order a message names
+  // the first that matched), against the copy faults: the fault that fails
+  // it, if any.
+  std::optional<CopyFault> CountCopy(std::string_view description,
+                                     absl::Span<const int64_t> slots)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Runs `copy` (the wrapped device's) unless `fault` fails it; a forwarded
+  // fault runs it first.
+  template <typename CopyFn>
+  static absl::StatusOr<CopyResult> RunUnlessFaulted(
+      std::optional<CopyFault> fault, CopyFn copy);
   static absl::Status Injected(const absl::Status& error,
                                std::string_view call);
 

@@ -1,5 +1,6 @@
 #include "daemon/device/gpu_device.h"
 
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -10,6 +11,41 @@
 #include "kernels/gpu_runtime.h"
 
 namespace statecache {
+
+namespace {
+
+// Pinned host memory mapped into the device's address space: `host` for the
+// CPU, `device` for the kernel (often the same address, not always).
+class PinnedStaging : public HostStaging {
+ public:
+  PinnedStaging(char* host, char* device, uint64_t size)
+      : host_(host), device_(device), size_(size) {}
+  ~PinnedStaging() override { (void)hipHostFree(host_); }
+  PinnedStaging(const PinnedStaging&) = delete;
+  PinnedStaging& operator=(const PinnedStaging&) = delete;
+
+  char* data() const override { return host_; }
+  uint64_t size() const override { return size_; }
+  char* device_data() const { return device_; }
+
+ private:
+  char* const host_;
+  char* const device_;
+  const uint64_t size_;
+};
+
+// The device-side address of `staging`. Errors: INVALID_ARGUMENT when it is
+// not memory a GpuDevice allocated (the kernel could not reach it).
+absl::StatusOr<char*> DeviceAddress(const HostStaging& staging) {
+  const auto* pinned = dynamic_cast<const PinnedStaging*>(&staging);
+  if (pinned == nullptr) {
+    return absl::InvalidArgumentError(
+        "staging memory not allocated by this GPU device");
+  }
+  return pinned->device_data();
+}
+
+}  // namespace
 
 struct GpuDevice::Runtime {
   hipStream_t stream = nullptr;
@@ -124,18 +160,78 @@ RegionExport GpuDevice::Export() const {
   return out;
 }
 
+absl::Status GpuDevice::RunTable(const CopyTable& table, const void* src_base,
+                                 void* dst_base) {
+  absl::MutexLock lock(&copy_mu_);
+  if (hipError_t err = hipSetDevice(options_.device); err != hipSuccess) {
+    return GpuError("hipSetDevice", err);
+  }
+  return runtime_->copier->Run(table.descriptors, src_base, dst_base,
+                               runtime_->stream);
+}
+
 absl::StatusOr<CopyResult> GpuDevice::Copy(absl::Span<const SlotPair> pairs) {
   const absl::Time start = absl::Now();
   ASSIGN_OR_RETURN(CopyTable table, BuildCopyTable(options_.layout, capacity_,
                                                    num_slots_, pairs));
-  {
-    absl::MutexLock lock(&copy_mu_);
-    if (hipError_t err = hipSetDevice(options_.device); err != hipSuccess) {
-      return GpuError("hipSetDevice", err);
-    }
-    RETURN_IF_ERROR(runtime_->copier->Run(table.descriptors, base_, base_,
-                                          runtime_->stream));
+  RETURN_IF_ERROR(RunTable(table, base_, base_));
+  return CopyResult::Of(table, start);
+}
+
+absl::StatusOr<std::unique_ptr<HostStaging>> GpuDevice::AllocateStaging(
+    uint64_t bytes) {
+  if (bytes == 0) {
+    return absl::InvalidArgumentError("staging memory of 0 bytes");
   }
+  // The pinned allocation belongs to the calling thread's current device.
+  if (hipError_t err = hipSetDevice(options_.device); err != hipSuccess) {
+    return GpuError("hipSetDevice", err);
+  }
+  void* host = nullptr;
+  if (hipError_t err = hipHostMalloc(&host, bytes, hipHostMallocMapped);
+      err != hipSuccess) {
+    // The failure is also the last error: clear it, or the next launch's
+    // check (hipGetLastError) would report it.
+    (void)hipGetLastError();
+    const std::string message =
+        absl::StrCat("hipHostMalloc(", bytes,
+                     " bytes of staging memory): ", hipGetErrorString(err));
+    if (err == hipErrorOutOfMemory) {
+      return absl::ResourceExhaustedError(message);
+    }
+    return absl::InternalError(message);
+  }
+  void* device = nullptr;
+  if (hipError_t err = hipHostGetDevicePointer(&device, host, 0);
+      err != hipSuccess) {
+    (void)hipHostFree(host);
+    return GpuError("hipHostGetDevicePointer(staging memory)", err);
+  }
+  return std::make_unique<PinnedStaging>(static_cast<char*>(host),
+                                         static_cast<char*>(device), bytes);
+}
+
+absl::StatusOr<CopyResult> GpuDevice::ReadSlots(
+    HostStaging& staging, absl::Span<const SlotImage> images) {
+  const absl::Time start = absl::Now();
+  ASSIGN_OR_RETURN(char* staging_base, DeviceAddress(staging));
+  ASSIGN_OR_RETURN(CopyTable table,
+                   BuildImageCopyTable(options_.layout, capacity_, num_slots_,
+                                       staging.size(), images,
+                                       /*to_region=*/false));
+  RETURN_IF_ERROR(RunTable(table, base_, staging_base));
+  return CopyResult::Of(table, start);
+}
+
+absl::StatusOr<CopyResult> GpuDevice::WriteSlots(
+    const HostStaging& staging, absl::Span<const SlotImage> images) {
+  const absl::Time start = absl::Now();
+  ASSIGN_OR_RETURN(char* staging_base, DeviceAddress(staging));
+  ASSIGN_OR_RETURN(CopyTable table,
+                   BuildImageCopyTable(options_.layout, capacity_, num_slots_,
+                                       staging.size(), images,
+                                       /*to_region=*/true));
+  RETURN_IF_ERROR(RunTable(table, staging_base, base_));
   return CopyResult::Of(table, start);
 }
 

@@ -10,7 +10,11 @@
 // and docs/operators.md say so.
 //
 // Copies run as one kernel launch (GpuCopier) on the device's own non-
-// blocking stream, synchronised before Copy returns.
+// blocking stream, synchronised before Copy returns. Staging memory is
+// pinned host memory mapped for the device (hipHostMalloc with
+// hipHostMallocMapped), so ReadSlots and WriteSlots are the same one launch,
+// the kernel reading or writing host memory through the mapping; a staging
+// object another backend made is refused (INVALID_ARGUMENT).
 //
 // This header has no GPU runtime types, so the backend-neutral factory
 // (device.cc) includes it; only builds with STATECACHE_WITH_HIP or
@@ -58,6 +62,12 @@ class GpuDevice : public Device {
   absl::Status Resize(int64_t new_num_slots) override;
   RegionExport Export() const override;
   absl::StatusOr<CopyResult> Copy(absl::Span<const SlotPair> pairs) override;
+  absl::StatusOr<std::unique_ptr<HostStaging>> AllocateStaging(
+      uint64_t bytes) override;
+  absl::StatusOr<CopyResult> ReadSlots(
+      HostStaging& staging, absl::Span<const SlotImage> images) override;
+  absl::StatusOr<CopyResult> WriteSlots(
+      const HostStaging& staging, absl::Span<const SlotImage> images) override;
   uint64_t CommittedBytes() const override;
 
   // The daemon's device pointer to the region (tests, benchmarks).
@@ -66,6 +76,9 @@ class GpuDevice : public Device {
  private:
   struct Runtime;  // stream, copier, IPC handle: runtime types
   explicit GpuDevice(GpuDeviceOptions options);
+  // Runs `table` on the copier under copy_mu_, synchronised.
+  absl::Status RunTable(const CopyTable& table, const void* src_base,
+                        void* dst_base);
 
   const GpuDeviceOptions options_;
   int64_t capacity_ = 0;

@@ -77,6 +77,23 @@ absl::Status PunchPages(int fd, uint64_t begin, uint64_t end) {
   return absl::OkStatus();
 }
 
+// Private anonymous pages: page-aligned (more than the 64 bytes the
+// contract promises), and unmapping returns them to the system at once.
+class MappedStaging : public HostStaging {
+ public:
+  MappedStaging(char* data, uint64_t size) : data_(data), size_(size) {}
+  ~MappedStaging() override { munmap(data_, size_); }
+  MappedStaging(const MappedStaging&) = delete;
+  MappedStaging& operator=(const MappedStaging&) = delete;
+
+  char* data() const override { return data_; }
+  uint64_t size() const override { return size_; }
+
+ private:
+  char* const data_;
+  const uint64_t size_;
+};
+
 }  // namespace
 
 HostDevice::HostDevice(HostDeviceOptions options)
@@ -260,6 +277,51 @@ absl::StatusOr<CopyResult> HostDevice::Copy(absl::Span<const SlotPair> pairs) {
   {
     absl::MutexLock lock(&copy_mu_);
     copier_->Run(table.descriptors, base_, base_);
+  }
+  return CopyResult::Of(table, start);
+}
+
+absl::StatusOr<std::unique_ptr<HostStaging>> HostDevice::AllocateStaging(
+    uint64_t bytes) {
+  if (bytes == 0) {
+    return absl::InvalidArgumentError("staging memory of 0 bytes");
+  }
+  void* data = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (data == MAP_FAILED) {
+    const int err = errno;
+    // Whatever mmap says (EINVAL for a size past the address space, too),
+    // the caller asked for more memory than there is.
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "mmap(", bytes, " bytes of staging memory): ", strerror(err)));
+  }
+  return std::make_unique<MappedStaging>(static_cast<char*>(data), bytes);
+}
+
+absl::StatusOr<CopyResult> HostDevice::ReadSlots(
+    HostStaging& staging, absl::Span<const SlotImage> images) {
+  const absl::Time start = absl::Now();
+  ASSIGN_OR_RETURN(CopyTable table,
+                   BuildImageCopyTable(options_.layout, Capacity(), num_slots_,
+                                       staging.size(), images,
+                                       /*to_region=*/false));
+  {
+    absl::MutexLock lock(&copy_mu_);
+    copier_->Run(table.descriptors, base_, staging.data());
+  }
+  return CopyResult::Of(table, start);
+}
+
+absl::StatusOr<CopyResult> HostDevice::WriteSlots(
+    const HostStaging& staging, absl::Span<const SlotImage> images) {
+  const absl::Time start = absl::Now();
+  ASSIGN_OR_RETURN(CopyTable table,
+                   BuildImageCopyTable(options_.layout, Capacity(), num_slots_,
+                                       staging.size(), images,
+                                       /*to_region=*/true));
+  {
+    absl::MutexLock lock(&copy_mu_);
+    copier_->Run(table.descriptors, staging.data(), base_);
   }
   return CopyResult::Of(table, start);
 }

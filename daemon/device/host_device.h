@@ -20,7 +20,10 @@
 //     that size from the start, sparse); shrinking punches the freed tail of
 //     every (layer, tensor) block, page-granular; growing up to max_slots
 //     needs nothing (holes fill on touch).
-//   Copies run on a HostCopier (memcpy over `copy_threads` threads).
+//   Copies run on a HostCopier (memcpy over `copy_threads` threads), slot
+//   to slot (Copy) and between slots and staging memory (ReadSlots,
+//   WriteSlots), one table at a time. Staging memory is private anonymous
+//   memory (mmap), page-aligned, returned to the system when freed.
 //
 // Thread-safety: as Device.
 #ifndef STATECACHE_DAEMON_DEVICE_HOST_DEVICE_H_
@@ -74,6 +77,12 @@ class HostDevice : public Device {
   absl::Status Resize(int64_t new_num_slots) override;
   RegionExport Export() const override;
   absl::StatusOr<CopyResult> Copy(absl::Span<const SlotPair> pairs) override;
+  absl::StatusOr<std::unique_ptr<HostStaging>> AllocateStaging(
+      uint64_t bytes) override;
+  absl::StatusOr<CopyResult> ReadSlots(
+      HostStaging& staging, absl::Span<const SlotImage> images) override;
+  absl::StatusOr<CopyResult> WriteSlots(
+      const HostStaging& staging, absl::Span<const SlotImage> images) override;
   uint64_t CommittedBytes() const override;
 
   // The object's name (with the leading '/').
@@ -95,7 +104,7 @@ class HostDevice : public Device {
   uint64_t mapped_bytes_ = 0;  // length of the daemon's mapping
   uint64_t file_bytes_ = 0;    // size of the object (high-water mark)
   int64_t num_slots_ = 0;
-  absl::Mutex copy_mu_;  // one Copy at a time on the copier
+  absl::Mutex copy_mu_;  // one table at a time on the copier
   std::unique_ptr<HostCopier> copier_;
 };
 

@@ -1,7 +1,9 @@
 // Copy tables: coalescing, the refusals that keep a batch order-independent,
-// and that a table moves exactly the bytes slot by slot copies would.
+// and that a table moves exactly the bytes slot by slot copies would; the
+// same for tables between slots and slot images (BuildImageCopyTable).
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "daemon/device/copy_plan.h"
@@ -128,6 +130,200 @@ TEST(CopyTableTest, TableEqualsPieceByPieceCopies) {
       HostCopier copier({.num_threads = 1});
       copier.Run(t->descriptors, region.data(), region.data());
       ASSERT_EQ(region, want);
+    }
+  }
+}
+
+TEST(ImageCopyTableTest, SlotMajorImagesAreOneDescriptorAndRunsMerge) {
+  const StateLayout l = Small(Arrangement::kSlotMajor);
+  const uint64_t b = l.bytes_per_slot();
+  // Slots 7, 8, 9 into consecutive images, given out of order: one run. Slot
+  // 0 at offset 5b, and a fan-out of 8 at 6b + 16, alone.
+  const std::vector<SlotImage> images = {
+      {9, 2 * b}, {0, 5 * b}, {7, 0}, {8, 6 * b + 16}, {8, b}};
+  absl::StatusOr<CopyTable> read =
+      BuildImageCopyTable(l, 10, 10, 8 * b, images, /*to_region=*/false);
+  ASSERT_TRUE(read.ok()) << read.status();
+  ASSERT_EQ(read->descriptors.size(), 3u);
+  EXPECT_EQ(read->descriptors[0].src_offset, 7 * b);
+  EXPECT_EQ(read->descriptors[0].dst_offset, 0u);
+  EXPECT_EQ(read->descriptors[0].bytes, 3 * b);
+  EXPECT_EQ(read->descriptors[1].src_offset, 0u);
+  EXPECT_EQ(read->descriptors[1].dst_offset, 5 * b);
+  EXPECT_EQ(read->descriptors[1].bytes, b);
+  EXPECT_EQ(read->descriptors[2].src_offset, 8 * b);
+  EXPECT_EQ(read->descriptors[2].dst_offset, 6 * b + 16);
+  EXPECT_EQ(read->descriptors[2].bytes, b);
+  EXPECT_EQ(read->total_bytes, 5 * b);
+
+  // Writing back: the same ranges, the other way round (no fan-out).
+  const std::vector<SlotImage> back = {{9, 2 * b}, {0, 5 * b}, {7, 0}, {8, b}};
+  absl::StatusOr<CopyTable> write =
+      BuildImageCopyTable(l, 10, 10, 8 * b, back, /*to_region=*/true);
+  ASSERT_TRUE(write.ok()) << write.status();
+  ASSERT_EQ(write->descriptors.size(), 2u);
+  EXPECT_EQ(write->descriptors[0].src_offset, 0u);
+  EXPECT_EQ(write->descriptors[0].dst_offset, 7 * b);
+  EXPECT_EQ(write->descriptors[0].bytes, 3 * b);
+  EXPECT_EQ(write->descriptors[1].src_offset, 5 * b);
+  EXPECT_EQ(write->descriptors[1].dst_offset, 0u);
+  EXPECT_EQ(write->total_bytes, 4 * b);
+}
+
+TEST(ImageCopyTableTest, LayerMajorImageIsOneDescriptorPerPiece) {
+  const StateLayout l = Small(Arrangement::kLayerMajor);
+  const uint64_t offset = 3 * l.bytes_per_slot();
+  const SlotImage image{5, offset};
+  for (const bool to_region : {false, true}) {
+    absl::StatusOr<CopyTable> t = BuildImageCopyTable(
+        l, 10, 8, 4 * l.bytes_per_slot(), {&image, 1}, to_region);
+    ASSERT_TRUE(t.ok()) << t.status();
+    ASSERT_EQ(t->descriptors.size(), 8u);  // 4 layers x 2 tensors
+    EXPECT_EQ(t->total_bytes, l.bytes_per_slot());
+    size_t k = 0;
+    for (int64_t layer = 0; layer < l.num_layers(); ++layer) {
+      for (int tensor = 0; tensor < l.num_tensors(); ++tensor, ++k) {
+        const CopyDescriptor& d = t->descriptors[k];
+        const uint64_t region = l.PieceOffset(tensor, layer, 5, 10);
+        // [layer][tensor], padded: 240 + 128 bytes per layer.
+        const uint64_t staging = offset + layer * 368 + (tensor == 0 ? 0 : 240);
+        EXPECT_EQ(d.src_offset, to_region ? staging : region) << k;
+        EXPECT_EQ(d.dst_offset, to_region ? region : staging) << k;
+        EXPECT_EQ(d.bytes, tensor == 0 ? 240u : 128u) << k;
+      }
+    }
+  }
+}
+
+TEST(ImageCopyTableTest, RefusesBadImages) {
+  const StateLayout l = Small(Arrangement::kSlotMajor);
+  const uint64_t b = l.bytes_per_slot();
+  const uint64_t staging = 4 * b;
+  struct Case {
+    std::vector<SlotImage> images;
+    bool to_region;
+    std::string message;  // empty: accepted
+  };
+  const std::vector<Case> cases = {
+      {{{0, 0}, {10, b}},
+       false,
+       "images[1] (slot 10 at offset " + std::to_string(b) +
+           "): slot out of range [0, 10)"},
+      {{{-1, 0}}, true, "images[0] (slot -1 at offset 0): slot out of range"},
+      {{{0, 3 * b + 16}}, false, "pass the end of the staging memory"},
+      {{{0, 4 * b}}, true, "images[0] (slot 0 at offset"},
+      {{{0, ~uint64_t{0} - 15}}, false, "pass the end"},  // offset + b wraps
+      {{{0, 0}, {1, 2 * b}, {2, b + 16}},
+       false,
+       "images[2] (slot 2 at offset " + std::to_string(b + 16) +
+           "): overlaps images[1]"},
+      {{{0, b}, {1, b}},
+       true,
+       "images[1] (slot 1 at offset " + std::to_string(b) +
+           "): overlaps images[0]"},
+      {{{3, 0}, {3, b}},
+       true,
+       "images[1] (slot 3 at offset " + std::to_string(b) +
+           "): slot 3 is also written by images[0]"},
+      {{{3, 0}, {3, b}}, false, ""},  // fan-out reads
+      {{{3, 0}, {4, b}, {5, 3 * b}},
+       true,
+       ""},  // the last image ends at the end
+      {{}, false, ""},
+      {{}, true, ""},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<CopyTable> t =
+        BuildImageCopyTable(l, 10, 10, staging, c.images, c.to_region);
+    if (c.message.empty()) {
+      EXPECT_TRUE(t.ok()) << t.status();
+      continue;
+    }
+    ASSERT_FALSE(t.ok()) << c.message;
+    EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(t.status().message()), HasSubstr(c.message));
+  }
+}
+
+// Reading random slots into random disjoint images moves exactly what
+// copying every piece into its [layer][tensor] place would, in both
+// arrangements; writing the images onto other slots puts the same bytes
+// back, piece by piece.
+TEST(ImageCopyTableTest, TablesEqualPieceByPieceCopies) {
+  std::mt19937_64 rng(11);
+  for (Arrangement a : {Arrangement::kSlotMajor, Arrangement::kLayerMajor}) {
+    const StateLayout l = Small(a);
+    const int64_t capacity = 16;
+    const int64_t num_slots = 12;  // not the capacity: layer-major blocks
+    const uint64_t b = l.bytes_per_slot();
+    const uint64_t region_bytes = l.RegionBytes(capacity);
+    const uint64_t staging_bytes = 20 * b;
+    for (int round = 0; round < 20; ++round) {
+      // Images in shuffled staging positions (some gaps), slots chosen with
+      // repeats (fan-out) for the read.
+      std::vector<uint64_t> positions(20);
+      for (size_t i = 0; i < positions.size(); ++i) positions[i] = i * b;
+      std::shuffle(positions.begin(), positions.end(), rng);
+      std::vector<SlotImage> images;
+      const int n = 1 + static_cast<int>(rng() % 10);
+      for (int i = 0; i < n; ++i) {
+        images.push_back(
+            {static_cast<int64_t>(rng() % num_slots), positions[i]});
+      }
+      absl::StatusOr<CopyTable> read = BuildImageCopyTable(
+          l, capacity, num_slots, staging_bytes, images, false);
+      ASSERT_TRUE(read.ok()) << read.status();
+      EXPECT_TRUE(ValidateCopyTable(read->descriptors, region_bytes,
+                                    staging_bytes, false)
+                      .ok());
+      EXPECT_EQ(read->total_bytes, n * b);
+
+      std::vector<uint8_t> region(region_bytes);
+      for (uint8_t& x : region) x = static_cast<uint8_t>(rng());
+      std::vector<uint8_t> staging(staging_bytes, 0);
+      std::vector<uint8_t> want = staging;
+      for (const SlotImage& image : images) {
+        for (int64_t layer = 0; layer < l.num_layers(); ++layer) {
+          for (int tensor = 0; tensor < l.num_tensors(); ++tensor) {
+            std::memcpy(want.data() + image.offset + layer * l.layer_bytes() +
+                            l.tensor_offset_in_layer(tensor),
+                        region.data() +
+                            l.PieceOffset(tensor, layer, image.slot, capacity),
+                        l.padded_piece_bytes(tensor));
+          }
+        }
+      }
+      HostCopier copier({.num_threads = 1});
+      copier.Run(read->descriptors, region.data(), staging.data());
+      ASSERT_EQ(staging, want);
+
+      // Back onto distinct slots: slot k takes image k.
+      std::vector<int64_t> targets(num_slots);
+      for (int64_t i = 0; i < num_slots; ++i) targets[i] = i;
+      std::shuffle(targets.begin(), targets.end(), rng);
+      std::vector<SlotImage> back;
+      for (int i = 0; i < n; ++i)
+        back.push_back({targets[i], images[i].offset});
+      absl::StatusOr<CopyTable> write = BuildImageCopyTable(
+          l, capacity, num_slots, staging_bytes, back, true);
+      ASSERT_TRUE(write.ok()) << write.status();
+      EXPECT_TRUE(ValidateCopyTable(write->descriptors, staging_bytes,
+                                    region_bytes, false)
+                      .ok());
+      std::vector<uint8_t> want_region = region;
+      for (int i = 0; i < n; ++i) {
+        for (int64_t layer = 0; layer < l.num_layers(); ++layer) {
+          for (int tensor = 0; tensor < l.num_tensors(); ++tensor) {
+            std::memcpy(want_region.data() +
+                            l.PieceOffset(tensor, layer, targets[i], capacity),
+                        region.data() + l.PieceOffset(tensor, layer,
+                                                      images[i].slot, capacity),
+                        l.padded_piece_bytes(tensor));
+          }
+        }
+      }
+      copier.Run(write->descriptors, staging.data(), region.data());
+      ASSERT_EQ(region, want_region);
     }
   }
 }

@@ -16,7 +16,20 @@
 namespace statecache {
 namespace {
 
-// Records every Copy and Resize; never fails on its own.
+class HeapStaging : public HostStaging {
+ public:
+  explicit HeapStaging(uint64_t bytes)
+      : data_(new char[bytes]()), size_(bytes) {}
+  char* data() const override { return data_.get(); }
+  uint64_t size() const override { return size_; }
+
+ private:
+  const std::unique_ptr<char[]> data_;
+  const uint64_t size_;
+};
+
+// Records every Copy, ReadSlots, WriteSlots and Resize; never fails on its
+// own.
 class RecordingDevice : public Device {
  public:
   RecordingDevice()
@@ -36,11 +49,36 @@ class RecordingDevice : public Device {
     for (const SlotPair& p : pairs) copied_.push_back(p);
     return CopyResult{pairs.size() * 16, 1, absl::ZeroDuration()};
   }
+  absl::StatusOr<std::unique_ptr<HostStaging>> AllocateStaging(
+      uint64_t bytes) override {
+    return std::make_unique<HeapStaging>(bytes);
+  }
+  absl::StatusOr<CopyResult> ReadSlots(
+      HostStaging& staging, absl::Span<const SlotImage> images) override {
+    absl::MutexLock lock(&mu_);
+    for (const SlotImage& image : images) read_.push_back(image.slot);
+    return CopyResult{images.size() * 16, 1, absl::ZeroDuration()};
+  }
+  absl::StatusOr<CopyResult> WriteSlots(
+      const HostStaging& staging, absl::Span<const SlotImage> images) override {
+    absl::MutexLock lock(&mu_);
+    for (const SlotImage& image : images) written_.push_back(image.slot);
+    return CopyResult{images.size() * 16, 1, absl::ZeroDuration()};
+  }
   uint64_t CommittedBytes() const override { return 0; }
 
   std::vector<SlotPair> copied() const {
     absl::MutexLock lock(&mu_);
     return copied_;
+  }
+  // The slots of every image ReadSlots / WriteSlots was given.
+  std::vector<int64_t> read() const {
+    absl::MutexLock lock(&mu_);
+    return read_;
+  }
+  std::vector<int64_t> written() const {
+    absl::MutexLock lock(&mu_);
+    return written_;
   }
 
  private:
@@ -48,6 +86,8 @@ class RecordingDevice : public Device {
   int64_t num_slots_ = 8;
   mutable absl::Mutex mu_;
   std::vector<SlotPair> copied_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> read_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> written_ ABSL_GUARDED_BY(mu_);
 };
 
 class FaultInjectingDeviceTest : public ::testing::Test {
@@ -137,6 +177,91 @@ TEST_F(FaultInjectingDeviceTest, TheNthResizeFailsOnce) {
   EXPECT_EQ(device_.num_slots(), 8);
   EXPECT_TRUE(device_.Resize(4).ok());
   EXPECT_EQ(device_.counts().resizes_failed, 1);
+}
+
+// ReadSlots and WriteSlots of one image each, at offset 0 of `staging`.
+class FaultInjectingImagesTest : public FaultInjectingDeviceTest {
+ protected:
+  absl::Status ReadOne(int64_t slot) {
+    const SlotImage image{slot, 0};
+    return device_.ReadSlots(*staging_, {&image, 1}).status();
+  }
+  absl::Status WriteOne(int64_t slot) {
+    const SlotImage image{slot, 0};
+    return device_.WriteSlots(*staging_, {&image, 1}).status();
+  }
+
+  std::unique_ptr<HostStaging> staging_ = *device_.AllocateStaging(64);
+};
+
+TEST_F(FaultInjectingImagesTest, ForwardsReadsAndWritesAndCountsThemAsCopies) {
+  EXPECT_EQ(staging_->size(), 64u);
+  const SlotImage images[] = {{2, 0}, {3, 16}};
+  absl::StatusOr<CopyResult> read = device_.ReadSlots(*staging_, images);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->bytes, 32u);  // the wrapped device's result
+  EXPECT_TRUE(WriteOne(5).ok());
+  EXPECT_TRUE(CopyOne(0, 1).ok());
+  EXPECT_EQ(base_->read(), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(base_->written(), (std::vector<int64_t>{5}));
+  const FaultInjectingDevice::Counts counts = device_.counts();
+  EXPECT_EQ(counts.copies, 3);
+  EXPECT_EQ(counts.copies_failed, 0);
+}
+
+TEST_F(FaultInjectingImagesTest, TheNthCopyCountsReadsAndWrites) {
+  device_.FailNthCopy(3, absl::DataLossError("bit flip"));
+  EXPECT_TRUE(CopyOne(0, 1).ok());
+  EXPECT_TRUE(ReadOne(2).ok());
+  const absl::Status failed = WriteOne(4);
+  EXPECT_EQ(failed.code(), absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(absl::StrContains(failed.message(), "copy #3")) << failed;
+  EXPECT_TRUE(absl::StrContains(failed.message(),
+                                "write of 1 slot, first slot 4 at offset 0"))
+      << failed;
+  EXPECT_TRUE(absl::StrContains(failed.message(), "injected")) << failed;
+  EXPECT_TRUE(base_->written().empty());  // not forwarded
+  EXPECT_TRUE(WriteOne(4).ok());          // one-shot
+  EXPECT_EQ(base_->written(), (std::vector<int64_t>{4}));
+
+  device_.FailNthCopy(1);
+  EXPECT_EQ(ReadOne(6).code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(base_->read(), (std::vector<int64_t>{2}));
+  EXPECT_EQ(device_.counts().copies, 5);
+  EXPECT_EQ(device_.counts().copies_failed, 2);
+}
+
+TEST_F(FaultInjectingImagesTest, AForwardedFaultWritesAndStillFails) {
+  device_.FailNthCopy(1, absl::InternalError("late error"), /*forward=*/true);
+  EXPECT_EQ(WriteOne(3).code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(base_->written(), (std::vector<int64_t>{3}));
+}
+
+TEST_F(FaultInjectingImagesTest, ImagesOfAFailingSlotFailUntilCleared) {
+  device_.FailCopiesTouching(3);
+  const SlotImage images[] = {{1, 0}, {3, 16}};
+  const absl::Status failed = device_.ReadSlots(*staging_, images).status();
+  EXPECT_EQ(failed.code(), absl::StatusCode::kInternal);
+  EXPECT_TRUE(absl::StrContains(failed.message(), "touching slot 3")) << failed;
+  EXPECT_TRUE(absl::StrContains(failed.message(), "read of 2 slots")) << failed;
+  EXPECT_EQ(WriteOne(3).code(), absl::StatusCode::kInternal);
+  EXPECT_TRUE(ReadOne(1).ok());
+  EXPECT_TRUE(WriteOne(2).ok());
+  EXPECT_EQ(base_->read(), (std::vector<int64_t>{1}));
+  EXPECT_EQ(base_->written(), (std::vector<int64_t>{2}));
+  device_.ClearFaults();
+  EXPECT_TRUE(WriteOne(3).ok());
+  EXPECT_EQ(device_.counts().copies_failed, 2);
+}
+
+TEST_F(FaultInjectingImagesTest, AllCopiesFailReadsAndWrites) {
+  device_.FailAllCopies(absl::UnavailableError("gone"));
+  EXPECT_EQ(ReadOne(0).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(WriteOne(0).code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(base_->read().empty());
+  EXPECT_TRUE(base_->written().empty());
+  device_.ClearFaults();
+  EXPECT_TRUE(ReadOne(0).ok());
 }
 
 TEST_F(FaultInjectingDeviceTest, FaultsMaySetWhileOtherThreadsCopy) {

@@ -1,7 +1,8 @@
 // HostDevice with a model-runner stand-in in another process
 // (region_probe): patterns written there, copies run here, every byte
 // checked there; shrinking returns the object's blocks; growing works;
-// export, mode, unlink and refusals.
+// export, mode, unlink and refusals. Slot images: slots read into staging
+// memory and written back, every byte checked through the daemon's mapping.
 #include "daemon/device/host_device.h"
 
 #include <fcntl.h>
@@ -9,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <fstream>
 #include <ostream>
 #include <string>
@@ -20,6 +22,7 @@
 #include "daemon/device/layout_file.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/device/pattern.h"
 #include "tests/device/probe_process.h"
 
 namespace statecache {
@@ -241,6 +244,217 @@ TEST_P(HostDeviceTest, ModeAndUnlinkOnDestruction) {
   ASSERT_TRUE(device.ok());
   ASSERT_EQ(stat(("/dev/shm" + (*device)->shm_name()).c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0640u);
+}
+
+// Three tensors, two of them padded (120 -> 128, 14 -> 16 bytes), over
+// three layers: 384 bytes per layer.
+StateLayout ImageLayout() {
+  return *StateLayout::Create("images",
+                              {{"conv", {3, 40}, DType::kBF16},
+                               {"ssm", {2, 5, 3}, DType::kF32},
+                               {"gate", {7}, DType::kBF16}},
+                              3);
+}
+
+// Writes every byte of every piece of slots [0, num_slots()) (padding
+// included) through the daemon's mapping: PatternByte(seed, slot, ...).
+void FillSlots(const HostDevice& device, uint64_t seed) {
+  const StateLayout& l = device.layout();
+  const int64_t capacity = device.Export().capacity_slots;
+  for (int64_t slot = 0; slot < device.num_slots(); ++slot) {
+    for (int64_t layer = 0; layer < l.num_layers(); ++layer) {
+      for (int tensor = 0; tensor < l.num_tensors(); ++tensor) {
+        char* piece =
+            device.base() + l.PieceOffset(tensor, layer, slot, capacity);
+        for (uint64_t i = 0; i < l.padded_piece_bytes(tensor); ++i) {
+          piece[i] = static_cast<char>(
+              testing::PatternByte(seed, slot, tensor, layer, i));
+        }
+      }
+    }
+  }
+}
+
+// What a slot filled by FillSlots(seed) holds, as an image: its pieces in
+// [layer][tensor] order, written out from the pattern (not from the layout's
+// offsets, so a misplaced piece shows).
+std::vector<char> Image(const StateLayout& l, uint64_t seed, int64_t slot) {
+  std::vector<char> image;
+  for (int64_t layer = 0; layer < l.num_layers(); ++layer) {
+    for (int tensor = 0; tensor < l.num_tensors(); ++tensor) {
+      for (uint64_t i = 0; i < l.padded_piece_bytes(tensor); ++i) {
+        image.push_back(static_cast<char>(
+            testing::PatternByte(seed, slot, tensor, layer, i)));
+      }
+    }
+  }
+  return image;
+}
+
+// A slot's bytes through the daemon's mapping, pieces in [layer][tensor]
+// order.
+std::vector<char> SlotBytes(const HostDevice& device, int64_t slot) {
+  const StateLayout& l = device.layout();
+  const int64_t capacity = device.Export().capacity_slots;
+  std::vector<char> bytes;
+  for (int64_t layer = 0; layer < l.num_layers(); ++layer) {
+    for (int tensor = 0; tensor < l.num_tensors(); ++tensor) {
+      const char* piece =
+          device.base() + l.PieceOffset(tensor, layer, slot, capacity);
+      bytes.insert(bytes.end(), piece, piece + l.padded_piece_bytes(tensor));
+    }
+  }
+  return bytes;
+}
+
+std::vector<char> StagingBytes(const HostStaging& staging, uint64_t offset,
+                               uint64_t bytes) {
+  return std::vector<char>(staging.data() + offset,
+                           staging.data() + offset + bytes);
+}
+
+TEST_P(HostDeviceTest, ReadSlotsCopiesEverySlotIntoItsImage) {
+  const StateLayout layout = ImageLayout();
+  ASSERT_EQ(layout.layer_bytes(), 384u);
+  std::unique_ptr<HostDevice> device = MakeDevice(layout, 12, 16);
+  ASSERT_NE(device, nullptr);
+  FillSlots(*device, 3);
+  const uint64_t b = layout.bytes_per_slot();
+  absl::StatusOr<std::unique_ptr<HostStaging>> staging =
+      device->AllocateStaging(8 * b);
+  ASSERT_TRUE(staging.ok()) << staging.status();
+  ASSERT_EQ((*staging)->size(), 8 * b);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>((*staging)->data()) % 64, 0u);
+  std::memset((*staging)->data(), 0, 8 * b);
+
+  // A run of neighbours, a lone slot after a gap, a fan-out of slot 5, and
+  // the last slot at an offset that is not a multiple of the slot size.
+  const std::vector<SlotImage> images = {
+      {5, 0}, {6, b}, {7, 2 * b}, {2, 4 * b}, {5, 5 * b}, {11, 6 * b + 16}};
+  absl::StatusOr<CopyResult> read = device->ReadSlots(**staging, images);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->bytes, 6 * b);
+  if (GetParam() == Arrangement::kSlotMajor) {
+    EXPECT_EQ(read->descriptors, 4);  // 5-6-7 is one range
+  }
+
+  // Every byte of the staging memory: the images, and zeros in the gaps.
+  std::vector<char> want(8 * b, 0);
+  for (const SlotImage& image : images) {
+    const std::vector<char> bytes = Image(layout, 3, image.slot);
+    std::copy(bytes.begin(), bytes.end(), want.begin() + image.offset);
+  }
+  EXPECT_TRUE(StagingBytes(**staging, 0, 8 * b) == want);
+  for (const SlotImage& image : images) {
+    EXPECT_TRUE(StagingBytes(**staging, image.offset, b) ==
+                Image(layout, 3, image.slot))
+        << "slot " << image.slot;
+  }
+  // The test can tell slots apart: slot 6's image is not slot 5's.
+  EXPECT_FALSE(StagingBytes(**staging, b, b) == Image(layout, 3, 5));
+  // The region is as it was.
+  for (int64_t slot = 0; slot < 12; ++slot) {
+    EXPECT_TRUE(SlotBytes(*device, slot) == Image(layout, 3, slot)) << slot;
+  }
+}
+
+TEST_P(HostDeviceTest, WriteSlotsPutsImagesOntoSlots) {
+  const StateLayout layout = ImageLayout();
+  std::unique_ptr<HostDevice> device = MakeDevice(layout, 12, 16);
+  ASSERT_NE(device, nullptr);
+  FillSlots(*device, 4);
+  const uint64_t b = layout.bytes_per_slot();
+  absl::StatusOr<std::unique_ptr<HostStaging>> staging =
+      device->AllocateStaging(6 * b);
+  ASSERT_TRUE(staging.ok()) << staging.status();
+
+  // Out and back onto other slots: 1, 2, 3 (one run) onto 8, 9, 10 and 0
+  // onto 11, as a tier would move checkpoints out and in again.
+  const std::vector<SlotImage> out = {{1, 0}, {2, b}, {3, 2 * b}, {0, 4 * b}};
+  ASSERT_TRUE(device->ReadSlots(**staging, out).ok());
+  const std::vector<SlotImage> in = {{8, 0}, {9, b}, {10, 2 * b}, {11, 4 * b}};
+  absl::StatusOr<CopyResult> written = device->WriteSlots(**staging, in);
+  ASSERT_TRUE(written.ok()) << written.status();
+  EXPECT_EQ(written->bytes, 4 * b);
+  if (GetParam() == Arrangement::kSlotMajor) {
+    EXPECT_EQ(written->descriptors, 2);
+  }
+  const std::vector<int64_t> sources = {0, 1, 2, 3, 4, 5, 6, 7, 1, 2, 3, 0};
+  for (int64_t slot = 0; slot < 12; ++slot) {
+    EXPECT_TRUE(SlotBytes(*device, slot) == Image(layout, 4, sources[slot]))
+        << "slot " << slot << " should hold slot " << sources[slot];
+  }
+
+  // An image the caller wrote itself (another seed) onto slot 6: WriteSlots
+  // alone, not only a round trip of ReadSlots.
+  const std::vector<char> own = Image(layout, 99, 6);
+  std::memcpy((*staging)->data() + 5 * b, own.data(), b);
+  const SlotImage image{6, 5 * b};
+  ASSERT_TRUE(device->WriteSlots(**staging, {&image, 1}).ok());
+  EXPECT_TRUE(SlotBytes(*device, 6) == own);
+  EXPECT_FALSE(SlotBytes(*device, 6) == Image(layout, 4, 6));
+  EXPECT_TRUE(SlotBytes(*device, 5) == Image(layout, 4, 5));
+  EXPECT_TRUE(SlotBytes(*device, 7) == Image(layout, 4, 7));
+}
+
+TEST_P(HostDeviceTest, RefusedImageCopiesChangeNothing) {
+  const StateLayout layout = ImageLayout();
+  std::unique_ptr<HostDevice> device = MakeDevice(layout, 12, 16);
+  ASSERT_NE(device, nullptr);
+  FillSlots(*device, 5);
+  const uint64_t b = layout.bytes_per_slot();
+  const uint64_t size = 4 * b;
+  absl::StatusOr<std::unique_ptr<HostStaging>> staging =
+      device->AllocateStaging(size);
+  ASSERT_TRUE(staging.ok()) << staging.status();
+  // Staging holds slot 0's image of another seed everywhere: a refused read
+  // must not overwrite it, a refused write must not copy it.
+  const std::vector<char> other = Image(layout, 77, 0);
+  for (uint64_t offset = 0; offset < size; offset += b) {
+    std::memcpy((*staging)->data() + offset, other.data(), b);
+  }
+  const std::vector<char> staging_before = StagingBytes(**staging, 0, size);
+
+  struct Case {
+    std::vector<SlotImage> images;
+    bool write_only;  // refused by WriteSlots alone
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{{0, 0}, {12, b}}, false, "images[1] (slot 12"},  // out of range
+      {{{0, 0}, {-1, b}}, false, "slot out of range"},
+      {{{0, 0}, {1, 3 * b + 16}}, false, "pass the end"},  // past the end
+      {{{0, 0}, {1, b}, {2, b + 16}}, false, "overlaps"},  // overlapping
+      {{{3, 0}, {3, 2 * b}}, true, "slot 3 is also written"},
+  };
+  for (const Case& c : cases) {
+    if (!c.write_only) {
+      absl::StatusOr<CopyResult> read = device->ReadSlots(**staging, c.images);
+      EXPECT_EQ(read.status().code(), absl::StatusCode::kInvalidArgument)
+          << c.message;
+      EXPECT_THAT(read.status().message(), HasSubstr(c.message));
+    }
+    absl::StatusOr<CopyResult> write = device->WriteSlots(**staging, c.images);
+    EXPECT_EQ(write.status().code(), absl::StatusCode::kInvalidArgument)
+        << c.message;
+    EXPECT_THAT(write.status().message(), HasSubstr(c.message));
+    EXPECT_TRUE(StagingBytes(**staging, 0, size) == staging_before)
+        << c.message;
+    for (int64_t slot = 0; slot < 12; ++slot) {
+      EXPECT_TRUE(SlotBytes(*device, slot) == Image(layout, 5, slot))
+          << c.message << ": slot " << slot;
+    }
+  }
+  // A fan-out read is fine, a shrunk region's tail is out of range.
+  const SlotImage twice[] = {{3, 0}, {3, 2 * b}};
+  EXPECT_TRUE(device->ReadSlots(**staging, twice).ok());
+  EXPECT_TRUE(StagingBytes(**staging, 2 * b, b) == Image(layout, 5, 3));
+  ASSERT_TRUE(device->Resize(10).ok());
+  const SlotImage tail{10, 0};
+  EXPECT_EQ(device->WriteSlots(**staging, {&tail, 1}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(device->AllocateStaging(0).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 INSTANTIATE_TEST_SUITE_P(Arrangements, HostDeviceTest,

@@ -22,6 +22,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -51,8 +52,23 @@ void CheckInvariants(const StateCache& cache, const std::string& after) {
         invariants.ToString() + "\nafter: " + after);
 }
 
-// State memory without bytes: Copy checks its pairs as every backend does
-// (BuildCopyTable) and a refusal is the daemon's bug, not the input's.
+// Staging memory that is real (the daemon may read what it holds) but that
+// no copy fills: the region it would be filled from holds no bytes.
+class HeapStaging : public HostStaging {
+ public:
+  explicit HeapStaging(uint64_t bytes)
+      : data_(new char[bytes]()), size_(bytes) {}
+  char* data() const override { return data_.get(); }
+  uint64_t size() const override { return size_; }
+
+ private:
+  const std::unique_ptr<char[]> data_;
+  const uint64_t size_;
+};
+
+// State memory without bytes: Copy, ReadSlots and WriteSlots check their
+// batches as every backend does (BuildCopyTable, BuildImageCopyTable) and a
+// refusal is the daemon's bug, not the input's.
 class CheckingDevice : public Device {
  public:
   explicit CheckingDevice(int64_t num_slots)
@@ -85,11 +101,35 @@ class CheckingDevice : public Device {
           table.status().ToString());
     return CopyResult::Of(*table, start);
   }
+  absl::StatusOr<std::unique_ptr<HostStaging>> AllocateStaging(
+      uint64_t bytes) override {
+    Check(bytes > 0, "staging memory of 0 bytes");
+    return std::make_unique<HeapStaging>(bytes);
+  }
+  absl::StatusOr<CopyResult> ReadSlots(
+      HostStaging& staging, absl::Span<const SlotImage> images) override {
+    return CheckImages(staging, images, /*to_region=*/false);
+  }
+  absl::StatusOr<CopyResult> WriteSlots(
+      const HostStaging& staging, absl::Span<const SlotImage> images) override {
+    return CheckImages(staging, images, /*to_region=*/true);
+  }
   uint64_t CommittedBytes() const override {
     return layout_.RegionBytes(num_slots_);
   }
 
  private:
+  CopyResult CheckImages(const HostStaging& staging,
+                         absl::Span<const SlotImage> images, bool to_region) {
+    const absl::Time start = absl::Now();
+    absl::StatusOr<CopyTable> table = BuildImageCopyTable(
+        layout_, num_slots_, num_slots_, staging.size(), images, to_region);
+    Check(table.ok(),
+          "the daemon asked for a slot image copy no device accepts",
+          table.status().ToString());
+    return CopyResult::Of(*table, start);
+  }
+
   StateLayout layout_;
   int64_t num_slots_;
 };
