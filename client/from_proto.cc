@@ -54,7 +54,17 @@ DaemonStats FromProto(const v1::GetStatsResponse& r) {
                      .backend = r.backend(),
                      .max_slots = r.max_slots(),
                      .layout_name = r.layout_name(),
-                     .bytes_per_slot = r.bytes_per_slot()};
+                     .bytes_per_slot = r.bytes_per_slot(),
+                     .host_tier = {
+                         .capacity_bytes = r.host_tier_capacity_bytes(),
+                         .held_bytes = r.host_tier_bytes(),
+                         .entries = r.host_tier_entries(),
+                         .demotions = r.host_tier_demotions(),
+                         .evictions = r.host_tier_evictions(),
+                         .resumes = r.resumes_tier(),
+                         .demotions_failed = r.host_tier_demotions_failed(),
+                         .promotions_failed = r.host_tier_promotions_failed(),
+                     }};
 }
 
 absl::StatusOr<OperationResult> FromProto(const v1::OperationResult& r) {

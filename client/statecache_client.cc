@@ -604,6 +604,18 @@ absl::StatusOr<ResizeResult> Client::Resize(int64_t target_slots,
                       .evicted = response.evicted()};
 }
 
+absl::StatusOr<int64_t> Client::ResizeHostTier(int64_t bytes) {
+  v1::ResizeRequest request;
+  request.set_host_tier_bytes(bytes);
+  grpc::ClientContext context;
+  impl_->SetDeadline(context);
+  v1::ResizeResponse response;
+  absl::Status status =
+      FromGrpcStatus(impl_->admin->Resize(&context, request, &response));
+  if (!status.ok()) return status;
+  return response.host_tier_bytes();
+}
+
 absl::StatusOr<int32_t> Client::EvictSession(std::string_view handle) {
   v1::EvictSessionRequest request;
   request.set_handle(std::string(handle));

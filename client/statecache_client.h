@@ -267,6 +267,18 @@ class StepBuilder {
 
 // ----------------------------------------------------------- admin results
 
+// The host tier's part of DaemonStats (see GetStatsResponse).
+struct HostTierStats {
+  int64_t capacity_bytes = 0;
+  int64_t held_bytes = 0;
+  int64_t entries = 0;
+  int64_t demotions = 0;
+  int64_t evictions = 0;
+  int64_t resumes = 0;
+  int64_t demotions_failed = 0;
+  int64_t promotions_failed = 0;
+};
+
 struct DaemonStats {
   uint64_t epoch = 0;
   absl::Duration uptime;
@@ -307,6 +319,9 @@ struct DaemonStats {
   int64_t max_slots = 0;
   std::string layout_name;
   uint64_t bytes_per_slot = 0;
+  // The host tier (all 0 while off): room and images held, and cumulative
+  // demotions, tier evictions, resumes from it and failed image copies.
+  HostTierStats host_tier;
 };
 
 // One attached session, as ListSessions reports it.
@@ -397,6 +412,11 @@ class Client {
   // DEADLINE_EXCEEDED (the message says how far it got).
   absl::StatusOr<ResizeResult> Resize(
       int64_t target_slots, absl::Duration deadline = absl::Seconds(10));
+  // Sets the host tier's room to `bytes` (0: off), at once, keeping the most
+  // recent images that fit; returns the room it got (whole slot images).
+  // Errors: INVALID_ARGUMENT (negative, or room for no slot),
+  // FAILED_PRECONDITION (no state memory), PERMISSION_DENIED.
+  absl::StatusOr<int64_t> ResizeHostTier(int64_t bytes);
   // Ends the session with this handle (from ListSessions) as if its lease
   // had lapsed; returns requests released.
   // Errors: NOT_FOUND, PERMISSION_DENIED.

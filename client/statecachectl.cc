@@ -8,6 +8,7 @@
 //   sessions                    attached sessions, one row each
 //   resize N [--deadline=30s]   grow or shrink the pool to N slots, with
 //                               progress while a shrink gives slots up
+//   tier BYTES                  set the host tier's room (0: off)
 //   drain [--wait]              stop admitting (and wait for requests to end)
 //   drain --resume              admit again
 //   evict HANDLE                end a session (its handle, from `sessions`)
@@ -79,6 +80,9 @@ commands:
                               grow or shrink the pool to N slots; a shrink
                               prints progress while slots are given up, then
                               what moved and what was evicted
+  tier BYTES                  set the host tier's room for evicted
+                              checkpoints, at once (0 turns it off); keeps
+                              the most recent that fit
   drain [--wait] [--timeout=60s] [--interval=500ms]
                               stop admitting (Attach and admit are refused);
                               --wait: until no request is left
@@ -446,7 +450,16 @@ nlohmann::json StatsJson(const DaemonStats& s) {
           {"resumes",
            {{"fork", s.resumes_fork},
             {"adopt", s.resumes_adopt},
+            {"tier", s.host_tier.resumes},
             {"miss", s.resumes_miss}}},
+          {"host_tier",
+           {{"capacity_bytes", s.host_tier.capacity_bytes},
+            {"held_bytes", s.host_tier.held_bytes},
+            {"entries", s.host_tier.entries},
+            {"demotions", s.host_tier.demotions},
+            {"evictions", s.host_tier.evictions},
+            {"demotions_failed", s.host_tier.demotions_failed},
+            {"promotions_failed", s.host_tier.promotions_failed}}},
           {"resume_blocks",
            {{"wanted", s.resume_blocks_wanted},
             {"resumed", s.resume_blocks_resumed},
@@ -489,12 +502,25 @@ absl::Status StatsOnce(Client& client, const CommandLine& line) {
   std::cout << "resumes (cumulative)\n";
   PrintTable({{"fork", absl::StrCat(s->resumes_fork)},
               {"adopt", absl::StrCat(s->resumes_adopt)},
+              {"tier", absl::StrCat(s->host_tier.resumes)},
               {"miss", absl::StrCat(s->resumes_miss)},
               {"blocks wanted", absl::StrCat(s->resume_blocks_wanted)},
               {"blocks resumed", absl::StrCat(s->resume_blocks_resumed)},
               {"hit ratio",
                Percent(s->resume_blocks_resumed, s->resume_blocks_wanted)}},
              "  ");
+  if (s->host_tier.capacity_bytes > 0) {
+    const HostTierStats& t = s->host_tier;
+    std::cout << "host tier\n";
+    PrintTable({{"capacity", HumanBytes(t.capacity_bytes)},
+                {"held", HumanBytes(t.held_bytes)},
+                {"entries", absl::StrCat(t.entries)},
+                {"demotions", absl::StrCat(t.demotions)},
+                {"evictions", absl::StrCat(t.evictions)},
+                {"copy failures", absl::StrCat(t.demotions_failed, " out, ",
+                                               t.promotions_failed, " in")}},
+               "  ");
+  }
   std::cout << "sessions\n";
   PrintTable({{"attached", absl::StrCat(s->sessions)},
               {"requests", absl::StrCat(s->requests)},
@@ -922,6 +948,24 @@ absl::Status EvictCommand(Client& client, const CommandLine& line) {
   return absl::OkStatus();
 }
 
+absl::Status TierCommand(Client& client, const CommandLine& line) {
+  int64_t bytes = 0;
+  if (!absl::SimpleAtoi(line.args[1], &bytes) || bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tier: not a byte count: ", line.args[1]));
+  }
+  absl::StatusOr<int64_t> room = client.ResizeHostTier(bytes);
+  if (!room.ok()) return room.status();
+  if (line.json) {
+    std::cout << nlohmann::json{{"host_tier_bytes", *room}}.dump(2) << "\n";
+    return absl::OkStatus();
+  }
+  std::cout << (*room == 0 ? std::string("host tier off")
+                           : absl::StrCat("host tier: ", HumanBytes(*room)))
+            << "\n";
+  return absl::OkStatus();
+}
+
 struct Command {
   absl::string_view name;
   size_t operands;
@@ -938,6 +982,7 @@ const std::vector<Command>& Commands() {
       {"resize", 1, &ResizeCommand, {"deadline", "interval"}},
       {"drain", 0, &DrainCommand, {"wait", "resume", "interval"}},
       {"evict", 1, &EvictCommand, {}},
+      {"tier", 1, &TierCommand, {}},
   };
   return *commands;
 }

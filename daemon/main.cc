@@ -130,6 +130,10 @@ ABSL_FLAG(int64_t, max_hashes_per_step, 65536,
           "Hashes one Step may carry over all its operations (block hashes, "
           "reservation positions, unindexed hashes): bounds how long one "
           "session's Step can delay another's.");
+ABSL_FLAG(int64_t, host_tier_bytes, 0,
+          "Host memory (bytes) for checkpoints the pool evicts, resumed from "
+          "when a prefix goes deeper there than on the device; 0 = off. "
+          "Needs state memory (--model or --layout). Resize changes it.");
 ABSL_FLAG(bool, fair_share, true,
           "Steps take turns round robin between sessions, so one session's "
           "many Steps in flight cannot all go before another's.");
@@ -324,6 +328,13 @@ absl::StatusOr<StateCacheOptions> OptionsFromFlags() {
     }
     options.device = std::shared_ptr<Device>(std::move(*created));
   }
+  const int64_t tier_bytes = absl::GetFlag(FLAGS_host_tier_bytes);
+  if (tier_bytes < 0 || (tier_bytes > 0 && options.device == nullptr)) {
+    return absl::InvalidArgumentError(
+        "--host_tier_bytes must be >= 0, and needs state memory (--model or "
+        "--layout)");
+  }
+  options.host_tier_bytes = static_cast<uint64_t>(tier_bytes);
   return options;
 }
 
@@ -533,10 +544,13 @@ int Serve() {
 
   MaintenanceThread maintenance(cache->get(), &events);
 
-  LOG_INFO("pool: num_slots=%d transfer=%s lease_ttl=%s max_ops_per_step=%d",
-           absl::GetFlag(FLAGS_num_slots), transfer_name,
-           absl::FormatDuration(absl::GetFlag(FLAGS_lease_ttl)),
-           absl::GetFlag(FLAGS_max_ops_per_step));
+  LOG_INFO(
+      "pool: num_slots=%d transfer=%s lease_ttl=%s max_ops_per_step=%d "
+      "host_tier_bytes=%d",
+      absl::GetFlag(FLAGS_num_slots), transfer_name,
+      absl::FormatDuration(absl::GetFlag(FLAGS_lease_ttl)),
+      absl::GetFlag(FLAGS_max_ops_per_step),
+      absl::GetFlag(FLAGS_host_tier_bytes));
   LOG_INFO("access: %s max_connections=%d", (*cache)->access().DebugString(),
            serving_options.max_connections);
   LOG_INFO("listening on %s epoch=%d", (*serving)->address(),

@@ -44,6 +44,7 @@ except ImportError:
     sys.path.insert(0, os.path.join(_HERE, os.pardir, os.pardir, "build",
                                     "python"))
     import statecache
+from statecache.v1 import statecache_pb2 as _pb  # noqa: E402
 
 FORMAT = "statecache-passes"
 _clock = time.perf_counter_ns
@@ -142,8 +143,12 @@ _SHAPES = {}  # result class -> (record key, field names but code/message)
 def _shape(cls):
     shape = _SHAPES.get(cls)
     if shape is None:
+        # The fields the record carries: the packed layout's (a field
+        # numbered 100 or more is the list form's only).
+        proto = _pb.DESCRIPTOR.message_types_by_name[cls.__name__]
         names = tuple(f.name for f in dataclasses.fields(cls)
-                      if f.name not in ("code", "message"))
+                      if f.name not in ("code", "message")
+                      and proto.fields_by_name[f.name].number < 100)
         shape = _SHAPES[cls] = (_snake(cls.__name__), names)
     return shape
 

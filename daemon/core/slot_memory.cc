@@ -1,9 +1,12 @@
 #include "daemon/core/slot_memory.h"
 
+#include <cstring>
 #include <optional>
 #include <string>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/common/status_macros.h"
 
@@ -30,6 +33,10 @@ const char* CopyReasonName(CopyReason reason) {
       return "copy";
     case CopyReason::kSnapshot:
       return "snapshot";
+    case CopyReason::kDemotion:
+      return "demotion";
+    case CopyReason::kPromotion:
+      return "promotion";
     case CopyReason::kCount:
       break;
   }
@@ -134,6 +141,11 @@ absl::StatusOr<Admission> SlotMemory::Admit(SlotHolding& holding,
       src = -1;
     }
   }
+  if (tier_.has_value() && spec.kv_hit_blocks > hit) {
+    const auto [tier_hit, entry] = DeepestInTier(
+        SequenceOf(holding), spec.kv_hit_blocks, spec.block_hashes, hit);
+    if (tier_hit > hit) return AdmitFromTier(holding, spec, tier_hit, entry);
+  }
   Admission admission;
   admission.outcome =
       spec.kv_hit_blocks > 0 ? ResumeOutcome::kMiss : ResumeOutcome::kCold;
@@ -172,6 +184,60 @@ absl::StatusOr<Admission> SlotMemory::Admit(SlotHolding& holding,
   for (int32_t i = 0; i < static_cast<int32_t>(holding.slots.size()); ++i) {
     SetOwner(holding.slots[i], &holding, i);
   }
+  return admission;
+}
+
+std::pair<int64_t, int64_t> SlotMemory::DeepestInTier(
+    const Sequence& seq, int32_t kv_hit_blocks,
+    absl::Span<const int64_t> hashes, int64_t floor) const {
+  if (!tier_.has_value() || tier_->size() == 0) return {0, -1};
+  // The fork-room rule alone (every checkpoint assumed): the deepest block a
+  // resume may start from, whoever holds it.
+  absl::StatusOr<int64_t> deepest =
+      pool_.ResumableHit(seq, kv_hit_blocks, hashes, /*assume=*/true);
+  if (!deepest.ok()) return {0, -1};
+  for (int64_t blocks = *deepest; blocks > floor; --blocks) {
+    const int64_t entry = tier_->Find(hashes[blocks - 1]);
+    if (entry >= 0) return {blocks, entry};
+  }
+  return {0, -1};
+}
+
+absl::StatusOr<Admission> SlotMemory::AdmitFromTier(SlotHolding& holding,
+                                                    const AdmitSpec& spec,
+                                                    int64_t blocks,
+                                                    int64_t entry) {
+  // Read now: the most recent, so the demotions the pops below cause spend
+  // other entries first.
+  tier_->Touch(entry);
+  holding.slots.resize(spec.width);
+  RETURN_IF_ERROR(pool_.PopMany(spec.width, absl::MakeSpan(holding.slots)));
+  for (int32_t i = 0; i < static_cast<int32_t>(holding.slots.size()); ++i) {
+    SetOwner(holding.slots[i], &holding, i);
+  }
+  Admission admission{ResumeOutcome::kMiss, 0};
+  // The pops may have spent checkpoints, even into the slot about to be
+  // written: their images go first. If that fails, or made the tier spend
+  // the entry after all, the resume is a miss (the pool already made a
+  // miss's decisions).
+  if (!FlushDemotions().ok()) {
+    ++tier_promotions_failed_;
+    return admission;
+  }
+  entry = tier_->Find(spec.block_hashes[blocks - 1]);
+  if (entry < 0) return admission;
+  const SlotImage image{
+      holding.slots[0],
+      static_cast<uint64_t>(entry) * device_->layout().bytes_per_slot()};
+  if (!RunImageCopy({&image, 1}, CopyReason::kPromotion).ok()) {
+    // The committed slot holds what the copy left: a miss's forward starts
+    // it afresh.
+    ++tier_promotions_failed_;
+    return admission;
+  }
+  ++tier_promotions_;
+  admission.outcome = ResumeOutcome::kTier;
+  admission.blocks_resumed = blocks;
   return admission;
 }
 
@@ -302,7 +368,7 @@ absl::Status SlotMemory::DropForkSource(SlotHolding& holding) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<int64_t> SlotMemory::ResumableHit(
+absl::StatusOr<SlotMemory::Resumable> SlotMemory::ResumableHit(
     int64_t num_tokens, int32_t kv_hit_blocks, absl::Span<const int64_t> hashes,
     bool assume_checkpointed) const {
   if (num_tokens < 0) {
@@ -310,7 +376,15 @@ absl::StatusOr<int64_t> SlotMemory::ResumableHit(
   }
   Sequence seq;
   seq.num_tokens = num_tokens;
-  return pool_.ResumableHit(seq, kv_hit_blocks, hashes, assume_checkpointed);
+  seq.has_per_req_cache = true;
+  Resumable out;
+  ASSIGN_OR_RETURN(out.blocks, pool_.ResumableHit(seq, kv_hit_blocks, hashes,
+                                                  assume_checkpointed));
+  if (!assume_checkpointed) {
+    out.tier_blocks =
+        DeepestInTier(seq, kv_hit_blocks, hashes, out.blocks).first;
+  }
+  return out;
 }
 
 absl::StatusOr<int32_t> SlotMemory::Unindex(absl::Span<const int64_t> hashes) {
@@ -320,8 +394,14 @@ absl::StatusOr<int32_t> SlotMemory::Unindex(absl::Span<const int64_t> hashes) {
     if (absl::Status st = pool_.Unindex(h); !st.ok()) {
       return Broken(st, "unindex");
     }
+    if (tier_.has_value()) tier_->Erase(h);
   }
   return static_cast<int32_t>(pool_.Fates().orphaned - before);
+}
+
+void SlotMemory::ClearIndex() {
+  pool_.ClearIndex();
+  if (tier_.has_value()) tier_->Clear();
 }
 
 absl::Status SlotMemory::ReturnPins(int64_t slot, int32_t count) {
@@ -336,6 +416,8 @@ absl::Status SlotMemory::EndDeferral(int64_t slot) {
 
 absl::StatusOr<uint64_t> SlotMemory::RunCopy(
     absl::Span<const std::pair<int64_t, int64_t>> pairs, CopyReason reason) {
+  // A spent checkpoint's image leaves its slot before anything writes it.
+  RETURN_IF_ERROR(FlushDemotions());
   absl::StatusOr<CopyResult> done = device_->Copy(pairs);
   if (!done.ok()) {
     // The device's code, with what was being copied and why.
@@ -417,6 +499,145 @@ absl::StatusOr<SnapshotOutcome> SlotMemory::Snapshot(const SlotHolding& holding,
   out.kept = true;
   out.slot = reserved[0].slot;
   return out;
+}
+
+// ------------------------------------------------------------------ host tier
+
+namespace {
+
+void AddCounts(const HostTierCounts& from, HostTierCounts& to) {
+  to.demotions += from.demotions;
+  to.evictions += from.evictions;
+  to.hits += from.hits;
+  to.erased += from.erased;
+}
+
+}  // namespace
+
+absl::StatusOr<uint64_t> SlotMemory::RunImageCopy(
+    absl::Span<const SlotImage> images, CopyReason reason) {
+  const bool demoting = reason == CopyReason::kDemotion;
+  absl::StatusOr<CopyResult> done =
+      demoting ? device_->ReadSlots(*tier_memory_, images)
+               : device_->WriteSlots(*tier_memory_, images);
+  if (!done.ok()) {
+    return absl::Status(
+        done.status().code(),
+        absl::StrCat(CopyReasonName(reason), ": the state memory failed to ",
+                     demoting ? "copy out " : "copy in ", images.size(),
+                     images.size() == 1 ? " slot (" : " slots (first ",
+                     images[0].slot, "): ", done.status().message()));
+  }
+  for (CopyObserver* o : copy_observers_) {
+    o->OnCopy(reason, static_cast<int64_t>(done->bytes),
+              absl::ToDoubleSeconds(done->elapsed));
+  }
+  return done->bytes;
+}
+
+absl::Status SlotMemory::FlushDemotions() {
+  if (!tier_.has_value() || pool_.spent().empty()) return absl::OkStatus();
+  const uint64_t image_bytes = device_->layout().bytes_per_slot();
+  images_.clear();
+  image_hashes_.clear();
+  // Entry -> its image in the batch: a hash filed twice, or an entry spent
+  // and reused within the batch, keeps one image, the latest.
+  absl::flat_hash_map<int64_t, size_t> batch_entry;
+  for (const SlotPool::Spent& spent : pool_.spent()) {
+    const HostTier::Filed put = tier_->Insert(spent.hash, spent.speculative);
+    const SlotImage image{spent.slot,
+                          static_cast<uint64_t>(put.entry) * image_bytes};
+    auto [it, inserted] = batch_entry.try_emplace(put.entry, images_.size());
+    if (inserted) {
+      images_.push_back(image);
+      image_hashes_.push_back(spent.hash);
+    } else {
+      images_[it->second] = image;
+      image_hashes_[it->second] = spent.hash;
+    }
+  }
+  pool_.ClearSpent();
+  // A slot spent twice (popped, released, popped again) was written by
+  // nobody in between: its bytes are the first hash's, and the later hash
+  // is not filed over them.
+  absl::flat_hash_set<int64_t> seen;
+  size_t kept = 0;
+  for (size_t i = 0; i < images_.size(); ++i) {
+    if (!seen.insert(images_[i].slot).second) {
+      tier_->Erase(image_hashes_[i]);
+      continue;
+    }
+    images_[kept] = images_[i];
+    image_hashes_[kept++] = image_hashes_[i];
+  }
+  images_.resize(kept);
+  image_hashes_.resize(kept);
+  if (images_.empty()) return absl::OkStatus();
+  absl::StatusOr<uint64_t> copied =
+      RunImageCopy(images_, CopyReason::kDemotion);
+  if (copied.ok()) return absl::OkStatus();
+  // Nothing is served from images that were not copied.
+  for (int64_t hash : image_hashes_) {
+    if (tier_->Erase(hash)) ++tier_demotions_failed_;
+  }
+  return copied.status();
+}
+
+absl::Status SlotMemory::ResizeHostTier(uint64_t bytes) {
+  if (bytes == 0) {
+    if (tier_.has_value()) AddCounts(tier_->counts(), retired_tier_counts_);
+    tier_.reset();
+    tier_memory_.reset();
+    pool_.LogSpent(false);
+    pool_.ClearSpent();
+    return absl::OkStatus();
+  }
+  if (device_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "host tier: this daemon runs without state memory");
+  }
+  if (pool_.transfer().replays()) {
+    return absl::FailedPreconditionError(
+        "host tier: the transfer replays (keeps no state to demote)");
+  }
+  const uint64_t image_bytes = device_->layout().bytes_per_slot();
+  const int64_t entries = static_cast<int64_t>(bytes / image_bytes);
+  if (entries < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("host tier: ", bytes, " bytes hold no slot (one is ",
+                     image_bytes, " bytes)"));
+  }
+  // Pending images go to the old memory first, so the move carries them.
+  RETURN_IF_ERROR(FlushDemotions());
+  ASSIGN_OR_RETURN(std::unique_ptr<HostStaging> memory,
+                   device_->AllocateStaging(entries * image_bytes));
+  if (!tier_.has_value()) {
+    tier_.emplace(entries);
+  } else {
+    for (const auto& [from, to] : tier_->Resize(entries)) {
+      std::memcpy(memory->data() + to * image_bytes,
+                  tier_memory_->data() + from * image_bytes, image_bytes);
+    }
+  }
+  tier_memory_ = std::move(memory);
+  pool_.LogSpent(true);
+  return absl::OkStatus();
+}
+
+SlotMemory::HostTierStats SlotMemory::host_tier_stats() const {
+  HostTierStats stats;
+  if (tier_.has_value()) {
+    const uint64_t image_bytes = device_->layout().bytes_per_slot();
+    stats.capacity_bytes = tier_->capacity() * image_bytes;
+    stats.entries = tier_->size();
+    stats.held_bytes = tier_->size() * image_bytes;
+    stats.counts = tier_->counts();
+  }
+  AddCounts(retired_tier_counts_, stats.counts);
+  stats.promotions = tier_promotions_;
+  stats.demotions_failed = tier_demotions_failed_;
+  stats.promotions_failed = tier_promotions_failed_;
+  return stats;
 }
 
 // ------------------------------------------------------------------ resizing
@@ -519,6 +740,10 @@ SlotMemory::ShrinkProgress SlotMemory::ShrinkStep(
     }
   }
   flush(nullptr);
+  // Checkpoints the shrink spent leave for the tier before the tail goes.
+  if (absl::Status st = FlushDemotions(); !st.ok() && progress.failure.ok()) {
+    progress.failure = st;
+  }
   if (device_ != nullptr && pool_.num_slots() != from) {
     // The tail's content has moved down: give its memory back.
     if (absl::Status st = device_->Resize(pool_.num_slots());

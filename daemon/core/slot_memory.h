@@ -31,6 +31,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -38,6 +39,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "daemon/core/host_tier.h"
 #include "daemon/core/sequence.h"
 #include "daemon/core/slot_pool.h"
 #include "daemon/device/device.h"
@@ -68,7 +70,11 @@ struct SlotHolding {
 //   kAdopt resumed in the checkpoint's own slot (too few free slots to
 //          fork): the slot stops being a checkpoint.
 //   kMiss  a resume was asked and no usable checkpoint found: fresh slots.
-enum class ResumeOutcome { kCold, kFork, kAdopt, kMiss };
+//   kTier  resumed from the host tier (its entry went deeper than any
+//          checkpoint on the device): fresh slots, the entry's image copied
+//          into the committed one, which the first forward continues in,
+//          as after an adoption. The pool sees what a miss does to it.
+enum class ResumeOutcome { kCold, kFork, kAdopt, kMiss, kTier };
 
 struct AdmitSpec {
   int32_t width = 1;  // slots: the committed one plus speculative
@@ -107,9 +113,18 @@ struct Relocation {
   int64_t to = -1;
 };
 
-// Why slot contents were copied.
-enum class CopyReason { kRelocation, kCopy, kSnapshot, kCount };
-// "relocation", "copy", "snapshot" (metric labels and messages).
+// Why slot contents were copied: within the region, or (demotion,
+// promotion) between it and the host tier.
+enum class CopyReason {
+  kRelocation,
+  kCopy,
+  kSnapshot,
+  kDemotion,
+  kPromotion,
+  kCount
+};
+// "relocation", "copy", "snapshot", "demotion", "promotion" (metric labels
+// and messages).
 const char* CopyReasonName(CopyReason reason);
 
 // Told of each batch the copy engine ran. Calls arrive under the caller's
@@ -228,19 +243,69 @@ class SlotMemory {
 
   // ------------------------------------------------------------ index
 
-  // The reference's resumable_hit / lookup (read-only).
-  absl::StatusOr<int64_t> ResumableHit(int64_t num_tokens,
-                                       int32_t kv_hit_blocks,
-                                       absl::Span<const int64_t> hashes,
-                                       bool assume_checkpointed) const;
+  // The reference's resumable_hit / lookup (read-only), and where the
+  // host tier would go deeper: `tier_blocks` is the resumable depth an
+  // admission would take from the tier (0 when the device's is as deep).
+  struct Resumable {
+    int64_t blocks = 0;       // the device index's (the reference's answer)
+    int64_t tier_blocks = 0;  // deeper, from the tier; 0 = none
+  };
+  absl::StatusOr<Resumable> ResumableHit(int64_t num_tokens,
+                                         int32_t kv_hit_blocks,
+                                         absl::Span<const int64_t> hashes,
+                                         bool assume_checkpointed) const;
   absl::StatusOr<int64_t> Lookup(int64_t hash) const {
     return pool_.Lookup(hash);
   }
+  // Whether the host tier holds `hash` (false while it is off).
+  bool InHostTier(int64_t hash) const {
+    return tier_.has_value() && tier_->Find(hash) >= 0;
+  }
   // Drops the checkpoints filed under `hashes` (their KV blocks were
-  // evicted). Returns how many were orphaned.
+  // evicted), on the device and in the host tier. Returns how many device
+  // checkpoints were orphaned.
   // Errors: INVALID_ARGUMENT a negative hash (none dropped).
   absl::StatusOr<int32_t> Unindex(absl::Span<const int64_t> hashes);
-  void ClearIndex() { pool_.ClearIndex(); }
+  void ClearIndex();
+
+  // ------------------------------------------------------------ host tier
+  //
+  // While on, a checkpoint an eviction spends is copied into the tier
+  // before its slot can be written (FlushDemotions), and an admission whose
+  // prefix goes deeper in the tier than on the device resumes from it
+  // (ResumeOutcome::kTier). The device pool's rules are untouched: it is
+  // told of a tier resume what it is told of a miss.
+
+  // Room for `bytes` of images (whole slots; 0 turns the tier off and drops
+  // its entries). Keeps the most recent entries that fit, their images
+  // copied into the new memory.
+  // Errors: FAILED_PRECONDITION (bytes > 0) without state memory, or with
+  //   a transfer that keeps no state (replay); RESOURCE_EXHAUSTED / INTERNAL
+  //   the memory cannot be had; INVALID_ARGUMENT room for no slot at all.
+  //   The tier is unchanged on any error.
+  absl::Status ResizeHostTier(uint64_t bytes);
+  struct HostTierStats {
+    uint64_t capacity_bytes = 0;
+    uint64_t held_bytes = 0;
+    int64_t entries = 0;
+    HostTierCounts counts;
+    int64_t promotions = 0;  // admissions resumed from the tier
+    // Images that could not be copied (the device failed): a failed
+    // demotion drops the checkpoint, a failed promotion is a miss.
+    int64_t demotions_failed = 0;
+    int64_t promotions_failed = 0;
+  };
+  HostTierStats host_tier_stats() const;
+  // The tier's hashes in LRU order, head first (empty while off).
+  std::vector<int64_t> HostTierDump() const {
+    return tier_.has_value() ? tier_->Dump() : std::vector<int64_t>{};
+  }
+  // Copies the checkpoints evictions spent since the last flush into the
+  // tier, in one batched copy. Every verb that writes a slot's bytes calls
+  // it first; the caller calls it before replying (after which the engine
+  // writes the slots it was handed). No-op while the tier is off.
+  // Errors: the device's (the batch's checkpoints are then not filed).
+  absl::Status FlushDemotions();
 
   // ------------------------------------------------------------ pins
 
@@ -313,9 +378,36 @@ class SlotMemory {
   // broken invariant rather than going on.
   static absl::Status Broken(const absl::Status& status, const char* call);
 
+  // Admit's tier resume: a miss's slots, the entry's image copied into the
+  // committed one. kMiss when the copy failed.
+  absl::StatusOr<Admission> AdmitFromTier(SlotHolding& holding,
+                                          const AdmitSpec& spec, int64_t blocks,
+                                          int64_t entry);
+  // The deepest resumable depth above `floor` that the tier holds, and its
+  // entry; {0, -1} when none (or the tier is off).
+  std::pair<int64_t, int64_t> DeepestInTier(const Sequence& seq,
+                                            int32_t kv_hit_blocks,
+                                            absl::Span<const int64_t> hashes,
+                                            int64_t floor) const;
+  // Runs one image batch, reporting it to the observers.
+  absl::StatusOr<uint64_t> RunImageCopy(absl::Span<const SlotImage> images,
+                                        CopyReason reason);
+
   SlotPool pool_;
   std::shared_ptr<Device> device_;
   std::vector<Owner> owners_;
+  // The host tier (engaged while on) and its images, entry e at
+  // e * layout.bytes_per_slot().
+  std::optional<HostTier> tier_;
+  std::unique_ptr<HostStaging> tier_memory_;
+  int64_t tier_promotions_ = 0;
+  int64_t tier_demotions_failed_ = 0;
+  int64_t tier_promotions_failed_ = 0;
+  // What tiers turned off had counted (the counts stay cumulative).
+  HostTierCounts retired_tier_counts_;
+  // FlushDemotions' batch and each image's hash (reused).
+  std::vector<SlotImage> images_;
+  std::vector<int64_t> image_hashes_;
   std::vector<CopyObserver*> copy_observers_;
   // ShrinkStep's batch (reused).
   std::vector<std::pair<int64_t, int64_t>> batch_;

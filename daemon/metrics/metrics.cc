@@ -113,6 +113,14 @@ struct Metrics::StatsSeries {
   prometheus::Counter* lease_expiries = nullptr;
   prometheus::Counter* session_evictions = nullptr;
   prometheus::Gauge* draining = nullptr;
+  prometheus::Counter* resumes_tier = nullptr;
+  prometheus::Counter* checkpoints_demoted = nullptr;
+  prometheus::Counter* tier_evicted = nullptr;
+  prometheus::Counter* tier_demotions_failed = nullptr;
+  prometheus::Counter* tier_promotions_failed = nullptr;
+  prometheus::Gauge* tier_capacity_bytes = nullptr;
+  prometheus::Gauge* tier_held_bytes = nullptr;
+  prometheus::Gauge* tier_entries = nullptr;
 };
 
 // What the exposer collects: the values refreshed, then the registry's
@@ -216,6 +224,33 @@ Metrics::Metrics(StateCache* cache, Options options)
                "first: nothing could ever resume from them. Rising orphans "
                "mean the KV pool, not this one, is too small.")
            ->Add({});
+  st.checkpoints_demoted =
+      &counter("statecache_checkpoints_demoted_total",
+               "Checkpoints the pool spent that the host tier took instead of "
+               "losing them (--host_tier_bytes).")
+           ->Add({});
+  st.tier_evicted =
+      &counter("statecache_host_tier_evicted_total",
+               "Host tier entries spent to make room for newer ones: when its "
+               "rate tracks demotions, the tier is too small for how long a "
+               "prefix has to last.")
+           ->Add({});
+  auto* tier_failures = counter(
+      "statecache_host_tier_copy_failures_total",
+      "Images the state memory failed to copy: a failed demotion drops the "
+      "checkpoint, a failed promotion admits as a miss. Any is a device "
+      "fault.");
+  st.tier_demotions_failed = &tier_failures->Add({{"direction", "demotion"}});
+  st.tier_promotions_failed = &tier_failures->Add({{"direction", "promotion"}});
+  auto* tier_bytes = gauge(
+      "statecache_host_tier_bytes",
+      "The host tier's room (capacity) and the images it holds (held), in "
+      "bytes; 0 while it is off.");
+  st.tier_capacity_bytes = &tier_bytes->Add({{"state", "capacity"}});
+  st.tier_held_bytes = &tier_bytes->Add({{"state", "held"}});
+  st.tier_entries = &gauge("statecache_host_tier_entries",
+                           "Checkpoint images the host tier holds.")
+                         ->Add({});
   auto* slots = gauge(
       "statecache_slots",
       "Slots by state: used (held by live requests, pins and reservations), "
@@ -243,10 +278,12 @@ Metrics::Metrics(StateCache* cache, Options options)
       "statecache_resumes_total",
       "Admissions with a KV-side prefix hit, by what the state side did: fork "
       "(resumed from a checkpoint into a fresh slot), adopt (resumed in the "
-      "checkpoint's own slot: the pool was short), miss (no usable "
+      "checkpoint's own slot: the pool was short), tier (resumed from the "
+      "host tier: the checkpoint had left the device), miss (no usable "
       "checkpoint: recomputed from scratch).");
   st.resumes_fork = &resumes->Add({{"outcome", "fork"}});
   st.resumes_adopt = &resumes->Add({{"outcome", "adopt"}});
+  st.resumes_tier = &resumes->Add({{"outcome", "tier"}});
   st.resumes_miss = &resumes->Add({{"outcome", "miss"}});
   st.resume_blocks_wanted =
       &counter("statecache_resume_blocks_wanted_total",
@@ -348,7 +385,8 @@ Metrics::Metrics(StateCache* cache, Options options)
                              "Bytes of slot content the daemon copied, by "
                              "reason (relocation when shrinking, copy "
                              "between a request's slots, snapshot "
-                             "checkpoints).")
+                             "checkpoints, demotion into and promotion "
+                             "out of the host tier).")
                          .Register(*registry_);
   auto& copy_seconds = prometheus::BuildCounter()
                            .Name("statecache_copy_seconds_total")
@@ -427,6 +465,15 @@ void Metrics::Refresh() const {
   CatchUp(st.lease_expiries, s.lease_expiries());
   CatchUp(st.session_evictions, s.sessions_evicted());
   st.draining->Set(s.draining() ? 1.0 : 0.0);
+  CatchUp(st.resumes_tier, s.resumes_tier());
+  CatchUp(st.checkpoints_demoted, s.host_tier_demotions());
+  CatchUp(st.tier_evicted, s.host_tier_evictions());
+  CatchUp(st.tier_demotions_failed, s.host_tier_demotions_failed());
+  CatchUp(st.tier_promotions_failed, s.host_tier_promotions_failed());
+  st.tier_capacity_bytes->Set(
+      static_cast<double>(s.host_tier_capacity_bytes()));
+  st.tier_held_bytes->Set(static_cast<double>(s.host_tier_bytes()));
+  st.tier_entries->Set(static_cast<double>(s.host_tier_entries()));
   // The operations' latencies since the last scrape, one ObserveMultiple
   // per kind that ran (after GetStats: the core's lock is not held here).
   const std::array<OperationLatencies::Kind, kOps> taken = op_seconds_->Take();

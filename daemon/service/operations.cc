@@ -69,6 +69,9 @@ void CountResume(OperationContext& c, const Admission& admitted,
     case ResumeOutcome::kAdopt:
       n.set_resumes_adopt(n.resumes_adopt() + 1);
       break;
+    case ResumeOutcome::kTier:
+      n.set_resumes_tier(n.resumes_tier() + 1);
+      break;
     case ResumeOutcome::kMiss:
     case ResumeOutcome::kCold:
       n.set_resumes_miss(n.resumes_miss() + 1);
@@ -130,7 +133,9 @@ absl::Status Admit(OperationContext& c, absl::string_view id,
   result->mutable_slots()->Add(request->slots.begin(), request->slots.end());
   result->set_fork_src(request->fork_src);
   result->set_blocks_resumed(static_cast<int32_t>(admitted.blocks_resumed));
-  result->set_adopted(admitted.outcome == ResumeOutcome::kAdopt);
+  result->set_adopted(admitted.outcome == ResumeOutcome::kAdopt ||
+                      admitted.outcome == ResumeOutcome::kTier);
+  result->set_from_tier(admitted.outcome == ResumeOutcome::kTier);
   session.held_slots += static_cast<int64_t>(request->slots.size());
   session.recent = request.get();
   session.requests.emplace(request->id, std::move(request));
@@ -141,10 +146,11 @@ absl::Status ResumableHit(OperationContext& c, absl::string_view,
                           const v1::ResumableHit& q,
                           v1::ResumableHitResult* result) {
   ASSIGN_OR_RETURN(
-      int64_t blocks,
+      const SlotMemory::Resumable resumable,
       c.memory.ResumableHit(q.num_tokens(), q.kv_hit_blocks(),
                             Hashes(q.block_hashes()), q.assume_checkpointed()));
-  result->set_blocks(static_cast<int32_t>(blocks));
+  result->set_blocks(static_cast<int32_t>(resumable.blocks));
+  result->set_tier_blocks(static_cast<int32_t>(resumable.tier_blocks));
   return absl::OkStatus();
 }
 
@@ -152,6 +158,7 @@ absl::Status Lookup(OperationContext& c, absl::string_view,
                     const v1::Lookup& op, v1::LookupResult* result) {
   ASSIGN_OR_RETURN(int64_t slot, c.memory.Lookup(op.hash()));
   result->set_slot(slot);
+  result->set_in_tier(c.memory.InHostTier(op.hash()));
   return absl::OkStatus();
 }
 

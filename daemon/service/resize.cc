@@ -65,6 +65,8 @@ std::function<void()> PendingShrink::Finish(
                      "): the state memory failed: ", failure_.message()));
   }
   response_.set_num_slots(memory.num_slots());
+  response_.set_host_tier_bytes(
+      static_cast<int64_t>(memory.host_tier_stats().capacity_bytes));
   if (memory.num_slots() != from_) {
     for (ResizeObserver* o : observers) o->OnResize(from_, memory.num_slots());
   }

@@ -90,6 +90,9 @@ absl::StatusOr<std::unique_ptr<StateCache>> StateCache::Create(
       SlotMemory memory,
       SlotMemory::Create(options.num_slots, options.transfer,
                          options.identity.hash_block_size(), options.device));
+  if (options.host_tier_bytes > 0) {
+    RETURN_IF_ERROR(memory.ResizeHostTier(options.host_tier_bytes));
+  }
   return std::unique_ptr<StateCache>(
       new StateCache(std::move(options), std::move(memory)));
 }
@@ -438,6 +441,11 @@ void StateCache::RunOperations(Session& session, const v1::StepRequest& request,
     for (StateCacheObserver* o : observers_) o->OnOperations(samples_);
     samples_.clear();
   }
+  // The engine writes the slots this reply hands it: the checkpoints their
+  // pops spent leave for the host tier first.
+  if (absl::Status st = memory_.FlushDemotions(); !st.ok()) {
+    LOG_ERROR("host tier: %s (those checkpoints are dropped)", st.ToString());
+  }
 }
 
 void StateCache::FillMemory(v1::StateMemory* memory) const {
@@ -489,17 +497,26 @@ void StateCache::Resize(const v1::ResizeRequest& request, ResizeDone done,
     const int64_t target = request.target_slots();
     const int64_t from = memory_.num_slots();
     response.set_num_slots(from);
-    if (target < 1 || target > options_.max_slots) {
+    const bool resizes_tier = request.has_host_tier_bytes();
+    const bool resizes_pool = !resizes_tier || target != 0;
+    if (resizes_tier && request.host_tier_bytes() < 0) {
+      status = absl::InvalidArgumentError(absl::StrCat(
+          "host_tier_bytes must be >= 0, got ", request.host_tier_bytes()));
+    } else if (resizes_pool && (target < 1 || target > options_.max_slots)) {
       status = absl::InvalidArgumentError(
           absl::StrCat("target_slots must be in [1, ", options_.max_slots,
                        "], got ", target));
-    } else if (resize_) {
+    } else if (resizes_pool && resize_) {
       status = absl::AbortedError(absl::StrCat(
           "a resize to ", resize_->target(), " slots is already in progress"));
-    } else if (target > from) {
+    } else if (resizes_tier) {
+      // At once; on an error the tier is unchanged and the pool untouched.
+      status = memory_.ResizeHostTier(request.host_tier_bytes());
+    }
+    if (status.ok() && resizes_pool && target > from) {
       status = GrowPool(memory_, target, resize_observers_);
       response.set_num_slots(memory_.num_slots());
-    } else if (target < from) {
+    } else if (status.ok() && resizes_pool && target < from) {
       const int64_t deadline_ms =
           request.deadline_ms() > 0 ? request.deadline_ms() : 10000;
       resize_ = std::make_unique<PendingShrink>(
@@ -508,6 +525,8 @@ void StateCache::Resize(const v1::ResizeRequest& request, ResizeDone done,
       finished = AdvanceResize();
       if (!finished) return;  // completes from a later Step, Tick or detach
     }
+    response.set_host_tier_bytes(
+        static_cast<int64_t>(memory_.host_tier_stats().capacity_bytes));
   }
   if (finished) {
     finished();

@@ -76,6 +76,9 @@ struct StateCacheOptions {
   // session's many Steps in flight wait behind each other, not in front of
   // another session's; false lets whoever takes the mutex first go first.
   bool fair_share = true;
+  // Room for the host tier's checkpoint images (SlotMemory's host tier);
+  // 0 = off. REQUIRES: a device when > 0.
+  uint64_t host_tier_bytes = 0;
   // Slots one session's requests may hold at once (their slots and midstep
   // reservations; the fork sources its clock pins are not counted: at most
   // about one per request, for two passes). 0 = no quota.

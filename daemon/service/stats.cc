@@ -45,6 +45,15 @@ void StateCache::GetStats(v1::GetStatsResponse* response) {
                                         f.request->reservations.size());
   }
   response->set_slots_quarantined(quarantined);
+  const SlotMemory::HostTierStats tier = memory_.host_tier_stats();
+  response->set_host_tier_capacity_bytes(
+      static_cast<int64_t>(tier.capacity_bytes));
+  response->set_host_tier_bytes(static_cast<int64_t>(tier.held_bytes));
+  response->set_host_tier_entries(tier.entries);
+  response->set_host_tier_demotions(tier.counts.demotions);
+  response->set_host_tier_evictions(tier.counts.evictions);
+  response->set_host_tier_demotions_failed(tier.demotions_failed);
+  response->set_host_tier_promotions_failed(tier.promotions_failed);
   response->set_max_slots(options_.max_slots);
   if (const Device* device = memory_.device(); device != nullptr) {
     response->set_state_bytes(device->CommittedBytes());

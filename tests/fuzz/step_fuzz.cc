@@ -219,6 +219,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const bool readable_midstep = in.Byte() % 2;
     options.transfer = *StateTransfer::Create(TransferKind::kFork, fork_tokens,
                                               readable_midstep);
+    // Half the fork runs keep a host tier of a few slot images (the
+    // checking device's slots are 16 bytes).
+    if (in.Byte() % 2) options.host_tier_bytes = 16 * (1 + in.Byte() % 8);
   } else {
     options.transfer =
         transfer == 1 ? *StateTransfer::Create(TransferKind::kReplay, 0, false)

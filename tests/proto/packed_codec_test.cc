@@ -37,10 +37,13 @@ using google::protobuf::RepeatedField;
 
 // ------------------------------------------------------------------ the rule
 
-// A message's fields in field-number order (the layout rule's order).
+// A message's fields in field-number order (the layout rule's order),
+// without those numbered 100 and above (the list form's only).
 std::vector<const FieldDescriptor*> FieldsByNumber(const Descriptor* d) {
   std::vector<const FieldDescriptor*> fields;
-  for (int i = 0; i < d->field_count(); ++i) fields.push_back(d->field(i));
+  for (int i = 0; i < d->field_count(); ++i) {
+    if (d->field(i)->number() < 100) fields.push_back(d->field(i));
+  }
   std::sort(fields.begin(), fields.end(), [](const auto* a, const auto* b) {
     return a->number() < b->number();
   });

@@ -115,6 +115,14 @@ class Stats:
     resume_blocks_resumed: int = 0
     draining: bool = False
     slots_quarantined: int = 0
+    host_tier_capacity_bytes: int = 0
+    host_tier_bytes: int = 0
+    host_tier_entries: int = 0
+    host_tier_demotions: int = 0
+    host_tier_evictions: int = 0
+    resumes_tier: int = 0
+    host_tier_demotions_failed: int = 0
+    host_tier_promotions_failed: int = 0
 
 
 @dataclass(slots=True)
@@ -141,6 +149,8 @@ class ResizeResult:
     num_slots: int = 0
     relocated: int = 0
     evicted: int = 0
+    # The host tier's room afterwards.
+    host_tier_bytes: int = 0
 
 
 @dataclass(slots=True)
@@ -673,20 +683,28 @@ class Admin:
                 return sessions
             request.page_token = response.next_page_token
 
-    def resize(self, n, deadline=None):
-        """Grows or shrinks the pool to `n` slots; returns a
-        :class:`ResizeResult` when done. A shrink retries pinned or stuck
-        top slots as passes run until `deadline` seconds (None: the
-        daemon's default, 10 s).
+    def resize(self, n=None, deadline=None, host_tier_bytes=None):
+        """Grows or shrinks the pool to `n` slots, and (`host_tier_bytes`
+        given) sets the host tier's room first, at once (0 turns it off);
+        returns a :class:`ResizeResult` when done. A shrink retries pinned
+        or stuck top slots as passes run until `deadline` seconds (None:
+        the daemon's default, 10 s).
 
-        Raises InvalidArgument (n < 1 or past --max_slots), Aborted
-        (another resize runs), DeadlineExceeded (the slots given up so far
-        stay given up; the message says how far it got).
+        Raises InvalidArgument (n < 1 or past --max_slots, a negative
+        host_tier_bytes), FailedPrecondition (a tier without state
+        memory), Aborted (another resize runs), DeadlineExceeded (the
+        slots given up so far stay given up; the message says how far it
+        got).
         """
+        if n is None and host_tier_bytes is None:
+            raise TypeError("resize: give n, host_tier_bytes or both")
         deadline_ms = 0 if deadline is None else max(1, int(deadline * 1000))
         wait = (10.0 if deadline is None else deadline) + self._client.timeout
-        response = self._call("Resize", _pb.ResizeRequest(
-            target_slots=n, deadline_ms=deadline_ms), timeout=wait)
+        request = _pb.ResizeRequest(target_slots=n or 0,
+                                    deadline_ms=deadline_ms)
+        if host_tier_bytes is not None:
+            request.host_tier_bytes = host_tier_bytes
+        response = self._call("Resize", request, timeout=wait)
         return _plain(ResizeResult, response)
 
     def evict(self, handle):

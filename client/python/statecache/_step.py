@@ -55,9 +55,16 @@ _RESULT_FIELDS = _pb.OperationResult.DESCRIPTOR.fields_by_name
 _HASH_NAMES = ("hash", "hashes", "block_hashes")
 
 
+# Fields numbered from here on are carried by the list form only (the
+# layout rule skips them: a layout never changes).
+_LIST_ONLY_NUMBER = 100
+
+
 def _by_number(descriptor):
-    """A message's fields in field-number order (the layout rule's)."""
-    return sorted(descriptor.fields, key=lambda f: f.number)
+    """A message's packed fields in field-number order (the layout
+    rule's)."""
+    return sorted((f for f in descriptor.fields
+                   if f.number < _LIST_ONLY_NUMBER), key=lambda f: f.number)
 
 
 def _place(f):
@@ -260,7 +267,9 @@ def _decoder_lines(descriptor, store, names, indent="    "):
     # A fixed layout whose dataclass has the rule's order reads inline, each
     # value from v[at + offset]; otherwise through locals, in the rule's
     # order, `at` moving past each list.
-    inline = fixed and order == [f.name for f in rule]
+    packed = {f.name for f in rule}
+    inline = fixed and [n for n in order if n in packed] == [f.name
+                                                             for f in rule]
     lines, exprs, offset = [], {}, 0
 
     def at_plus(k):
@@ -301,8 +310,10 @@ def _decoder_lines(descriptor, store, names, indent="    "):
             lines.append("%sfor _ in range(%s):" % (indent, n))
             lines += _decoder_lines(f.message_type, items + ".append(%s)",
                                     names, indent + "    ")
+    # A list-only field (not in the rule) is at its default.
     construction = "%s(%s)" % (cls.__name__, ", ".join(
-        [exprs[name] for name in order]
+        [exprs[name] if name in exprs
+         else repr(cls.__dataclass_fields__[name].default) for name in order]
         + (['0', '""'] if "code" in cls.__dataclass_fields__ else [])))
     lines.append(indent + store % construction)
     if offset:

@@ -26,9 +26,16 @@ class Columns:
         self.hashes = []
 
 
+# Fields numbered from here on are the list form's only: the rule skips them.
+LIST_ONLY = 100
+
+
 def append(message, c):
-    """The layout rule: `message`'s fields in field-number order."""
+    """The layout rule: `message`'s fields in field-number order, those
+    numbered LIST_ONLY and above left out."""
     for f in sorted(message.DESCRIPTOR.fields, key=lambda f: f.number):
+        if f.number >= LIST_ONLY:
+            continue
         value = getattr(message, f.name)
         column = c.hashes if f.name in HASH_FIELDS else c.values
         if f.label == f.LABEL_REPEATED:
@@ -61,8 +68,12 @@ def random_value(f, rng):
 
 
 def random_message(cls, rng):
+    """Random values for the fields the packed form carries (the others
+    stay at their defaults, as a packed result leaves them)."""
     message = cls()
     for f in message.DESCRIPTOR.fields:
+        if f.number >= LIST_ONLY:
+            continue
         if f.label == f.LABEL_REPEATED:
             n = rng.randrange(4)
             if f.message_type is not None:

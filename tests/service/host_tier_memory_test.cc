@@ -1,0 +1,324 @@
+// SlotMemory's host tier against real (host) state memory: a checkpoint the
+// pool spends is copied out before its slot is written and copied back, byte
+// for byte, into the committed slot of an admission that resumes from it;
+// the device pool's own decisions stay the reference's; a failed copy never
+// leaves an image that could be served.
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "daemon/core/slot_memory.h"
+#include "daemon/device/fault_injecting_device.h"
+#include "daemon/device/host_device.h"
+#include "gtest/gtest.h"
+
+namespace statecache {
+namespace {
+
+constexpr int64_t kBlock = 16;
+
+struct Memory {
+  explicit Memory(int64_t num_slots, const std::string& prefix,
+                  uint64_t tier_slots = 0, bool faulty = false) {
+    HostDeviceOptions options;
+    options.layout = *StateLayout::Create(
+        prefix, {{"conv", {3, 8}, DType::kBF16}, {"ssm", {2, 4}, DType::kF32}},
+        2);
+    options.num_slots = num_slots;
+    options.max_slots = 4 * num_slots;
+    options.epoch = NewTestEpoch();
+    options.prefix = prefix;
+    auto created = HostDevice::Create(options);
+    EXPECT_TRUE(created.ok()) << created.status();
+    host = std::move(*created).release();
+    std::shared_ptr<Device> device(host);
+    if (faulty) {
+      faults = std::make_shared<FaultInjectingDevice>(device);
+      device = faults;
+    }
+    memory.emplace(*SlotMemory::Create(
+        num_slots, *StateTransfer::Create(TransferKind::kFork, 1, true), kBlock,
+        device));
+    if (tier_slots > 0) {
+      EXPECT_TRUE(memory->ResizeHostTier(tier_slots * SlotBytes()).ok());
+    }
+  }
+  static uint64_t NewTestEpoch() {
+    static uint64_t n = 0;
+    return static_cast<uint64_t>(absl::ToUnixNanos(absl::Now())) + ++n;
+  }
+  uint64_t SlotBytes() const { return host->layout().bytes_per_slot(); }
+  char* SlotData(int64_t slot) const {
+    return host->base() + slot * SlotBytes();
+  }
+  void Fill(int64_t slot, uint8_t seed) const {
+    for (uint64_t i = 0; i < SlotBytes(); ++i) {
+      SlotData(slot)[i] = static_cast<char>(seed + i * 7);
+    }
+  }
+  bool Holds(int64_t slot, uint8_t seed) const {
+    for (uint64_t i = 0; i < SlotBytes(); ++i) {
+      if (SlotData(slot)[i] != static_cast<char>(seed + i * 7)) return false;
+    }
+    return true;
+  }
+
+  HostDevice* host = nullptr;  // owned by the device chain
+  std::shared_ptr<FaultInjectingDevice> faults;
+  std::optional<SlotMemory> memory;
+};
+
+AdmitSpec Spec(const std::vector<int64_t>& hashes, int32_t kv_hit,
+               int32_t width = 1) {
+  AdmitSpec spec;
+  spec.width = width;
+  spec.num_tokens = static_cast<int64_t>(hashes.size()) * kBlock + 8;
+  spec.kv_hit_blocks = kv_hit;
+  spec.block_hashes = hashes;
+  return spec;
+}
+
+// Files a checkpoint of `seed`'s bytes under hashes[blocks - 1] through a
+// request's fork checkpoint, then lets it go back to the pool's LRU.
+int64_t PublishCheckpoint(Memory& m, const std::vector<int64_t>& hashes,
+                          int64_t blocks, uint8_t seed) {
+  SlotHolding holding;
+  EXPECT_TRUE(m.memory->Admit(holding, Spec(hashes, 0)).ok());
+  m.Fill(holding.slots[0], seed);
+  // At the prompt's end (the anchor): a checkpoint, not a guess.
+  absl::StatusOr<CheckpointOutcome> out = m.memory->Checkpoint(
+      holding, blocks * kBlock, blocks, hashes[blocks - 1]);
+  EXPECT_TRUE(out.ok() && out->kept);
+  const int64_t slot = out->fork_src;
+  EXPECT_TRUE(m.memory->ReturnPins(slot, 1).ok());
+  EXPECT_TRUE(m.memory->Release(holding, /*drop_reader=*/false).ok());
+  return slot;
+}
+
+// Admits and releases `n` cold requests of one slot each, spending the LRU.
+void Churn(Memory& m, int n, uint8_t seed) {
+  std::vector<SlotHolding> holdings(n);
+  for (SlotHolding& h : holdings) {
+    ASSERT_TRUE(m.memory->Admit(h, Spec({}, 0)).ok());
+  }
+  // What the engine does after the reply: overwrite the slots it was given.
+  ASSERT_TRUE(m.memory->FlushDemotions().ok());
+  for (SlotHolding& h : holdings) m.Fill(h.slots[0], seed);
+  for (SlotHolding& h : holdings) {
+    ASSERT_TRUE(m.memory->Release(h, false).ok());
+  }
+}
+
+TEST(HostTierMemoryTest, AnEvictedCheckpointResumesFromTheTierByteForByte) {
+  Memory m(/*num_slots=*/4, "tier_bytes", /*tier_slots=*/4);
+  const std::vector<int64_t> hashes = {101, 102, 103};
+  PublishCheckpoint(m, hashes, 3, /*seed=*/42);
+  ASSERT_GE(*m.memory->Lookup(103), 0);
+  Churn(m, 4, /*seed=*/9);  // every slot written: the checkpoint is gone
+  ASSERT_EQ(*m.memory->Lookup(103), -1);
+  EXPECT_TRUE(m.memory->InHostTier(103));
+  EXPECT_EQ(m.memory->pool().Fates().evicted, 1);
+
+  const SlotMemory::Resumable where =
+      *m.memory->ResumableHit(hashes.size() * kBlock + 8, 3, hashes, false);
+  EXPECT_EQ(where.blocks, 0);
+  EXPECT_EQ(where.tier_blocks, 3);
+
+  SlotHolding resumed;
+  absl::StatusOr<Admission> admitted =
+      m.memory->Admit(resumed, Spec(hashes, 3, /*width=*/2));
+  ASSERT_TRUE(admitted.ok()) << admitted.status();
+  EXPECT_EQ(admitted->outcome, ResumeOutcome::kTier);
+  EXPECT_EQ(admitted->blocks_resumed, 3);
+  EXPECT_EQ(resumed.fork_src, -1);
+  ASSERT_EQ(resumed.slots.size(), 2u);
+  EXPECT_TRUE(m.Holds(resumed.slots[0], 42));
+  const SlotMemory::HostTierStats stats = m.memory->host_tier_stats();
+  EXPECT_EQ(stats.promotions, 1);
+  EXPECT_EQ(stats.counts.hits, 1);
+  EXPECT_EQ(stats.entries, 1);
+  EXPECT_EQ(stats.capacity_bytes, 4 * m.SlotBytes());
+}
+
+TEST(HostTierMemoryTest, TheDeviceWinsWhenItIsAsDeepAndTheTierWhenDeeper) {
+  Memory m(4, "tier_depth", 4);
+  const std::vector<int64_t> hashes = {201, 202, 203};
+  PublishCheckpoint(m, hashes, 2, 55);
+  Churn(m, 4, 1);  // 202 only in the tier
+  ASSERT_TRUE(m.memory->InHostTier(202));
+  PublishCheckpoint(m, hashes, 2, 60);  // and on the device, newer
+  // Three blocks asked, two held both here and there: the device's.
+  SlotHolding a;
+  absl::StatusOr<Admission> device_hit = m.memory->Admit(a, Spec(hashes, 3));
+  EXPECT_EQ(device_hit->outcome, ResumeOutcome::kFork);
+  EXPECT_EQ(device_hit->blocks_resumed, 2);
+  EXPECT_TRUE(m.Holds(a.fork_src, 60));
+  ASSERT_TRUE(m.memory->DropForkSource(a).ok());
+  ASSERT_TRUE(m.memory->Release(a, false).ok());
+  PublishCheckpoint(m, hashes, 3, 50);
+  Churn(m, 4, 1);                       // 203 only in the tier
+  PublishCheckpoint(m, hashes, 2, 65);  // 202 on the device
+  // Deeper in the tier: from the tier, even with 202 on the device.
+  SlotHolding b;
+  absl::StatusOr<Admission> tier_hit = m.memory->Admit(b, Spec(hashes, 3));
+  EXPECT_EQ(tier_hit->outcome, ResumeOutcome::kTier);
+  EXPECT_EQ(tier_hit->blocks_resumed, 3);
+  EXPECT_TRUE(m.Holds(b.slots[0], 50));
+}
+
+// The same random run with the tier off and on: after every call the device
+// pool's dump is the same (the tier-off run admits cold wherever the tier
+// resumed, which is what the pool is told of a tier resume), and the tier
+// adds hits.
+TEST(HostTierMemoryTest, TheDevicePoolsDecisionsAreTheSameWithTheTierOn) {
+  Memory off(6, "tier_off");
+  Memory on(6, "tier_on", /*tier_slots=*/24);
+  std::mt19937_64 rng(7);
+  std::vector<SlotHolding> live_off(64), live_on(64);
+  std::vector<bool> live(64, false);
+  int tier_hits = 0;
+  auto hashes_of = [](int prompt) {
+    return std::vector<int64_t>{1000 + prompt, 2000 + prompt, 3000 + prompt};
+  };
+  for (int step = 0; step < 3000; ++step) {
+    const int r = static_cast<int>(rng() % 64);
+    const int prompt = static_cast<int>(rng() % 12);
+    const std::vector<int64_t> hashes = hashes_of(prompt);
+    const int kv = static_cast<int>(rng() % 4);
+    if (!live[r]) {
+      const AdmitSpec spec = Spec(hashes, kv);
+      const SlotMemory::Resumable where = *on.memory->ResumableHit(
+          spec.num_tokens, kv, hashes, /*assume_checkpointed=*/false);
+      absl::StatusOr<Admission> a_on = on.memory->Admit(live_on[r], spec);
+      int kv_off = kv;
+      if (a_on.ok() && a_on->outcome == ResumeOutcome::kTier) {
+        ++tier_hits;
+        kv_off = 0;
+        // Only deeper than the device could resume, as resumable_hit said.
+        EXPECT_GT(a_on->blocks_resumed, where.blocks) << step;
+        EXPECT_EQ(a_on->blocks_resumed, where.tier_blocks) << step;
+      }
+      absl::StatusOr<Admission> a_off =
+          off.memory->Admit(live_off[r], Spec(hashes, kv_off));
+      ASSERT_EQ(a_on.ok(), a_off.ok()) << step;
+      if (a_on.ok()) {
+        if (a_on->outcome != ResumeOutcome::kTier) {
+          EXPECT_EQ(a_on->outcome, a_off->outcome) << step;
+        }
+        live[r] = true;
+        // The engine writes the slot it was given.
+        ASSERT_TRUE(on.memory->FlushDemotions().ok());
+      }
+    } else if (rng() % 3 == 0) {
+      const int64_t blocks = 1 + static_cast<int64_t>(rng() % 3);
+      absl::StatusOr<CheckpointOutcome> c_on = on.memory->Checkpoint(
+          live_on[r], 0, blocks, hashes_of(prompt)[blocks - 1]);
+      absl::StatusOr<CheckpointOutcome> c_off = off.memory->Checkpoint(
+          live_off[r], 0, blocks, hashes_of(prompt)[blocks - 1]);
+      ASSERT_EQ(c_on.ok(), c_off.ok()) << step;
+    } else {
+      for (auto* pair : {&live_on[r], &live_off[r]}) {
+        if (pair->fork_src >= 0) {
+          ASSERT_TRUE((pair == &live_on[r] ? on : off)
+                          .memory->DropForkSource(*pair)
+                          .ok());
+        }
+      }
+      ASSERT_TRUE(on.memory->Release(live_on[r], false).ok());
+      ASSERT_TRUE(off.memory->Release(live_off[r], false).ok());
+      live[r] = false;
+    }
+    ASSERT_EQ(on.memory->pool().Dump(), off.memory->pool().Dump())
+        << "step " << step;
+  }
+  EXPECT_GT(tier_hits, 0);
+  EXPECT_GT(on.memory->host_tier_stats().counts.demotions, 0);
+}
+
+TEST(HostTierMemoryTest, AFailedDemotionFilesNothingInTheTier) {
+  Memory m(4, "tier_fail_out", 4, /*faulty=*/true);
+  const std::vector<int64_t> hashes = {301};
+  PublishCheckpoint(m, hashes, 1, 7);
+  m.faults->FailNthCopy(1);
+  std::vector<SlotHolding> holdings(4);
+  for (SlotHolding& h : holdings)
+    ASSERT_TRUE(m.memory->Admit(h, Spec({}, 0)).ok());
+  EXPECT_FALSE(m.memory->FlushDemotions().ok());
+  EXPECT_FALSE(m.memory->InHostTier(301));
+  EXPECT_EQ(m.memory->host_tier_stats().demotions_failed, 1);
+  for (SlotHolding& h : holdings) ASSERT_TRUE(m.memory->Release(h, false).ok());
+  SlotHolding again;
+  EXPECT_EQ(m.memory->Admit(again, Spec(hashes, 1))->outcome,
+            ResumeOutcome::kMiss);
+}
+
+TEST(HostTierMemoryTest, AFailedPromotionAdmitsAsAMiss) {
+  Memory m(4, "tier_fail_in", 4, /*faulty=*/true);
+  const std::vector<int64_t> hashes = {401, 402};
+  PublishCheckpoint(m, hashes, 2, 7);
+  Churn(m, 4, 3);
+  ASSERT_TRUE(m.memory->InHostTier(402));
+  m.faults->FailNthCopy(1);
+  SlotHolding h;
+  absl::StatusOr<Admission> admitted = m.memory->Admit(h, Spec(hashes, 2));
+  ASSERT_TRUE(admitted.ok());
+  EXPECT_EQ(admitted->outcome, ResumeOutcome::kMiss);
+  EXPECT_EQ(admitted->blocks_resumed, 0);
+  EXPECT_EQ(h.slots.size(), 1u);
+  EXPECT_EQ(m.memory->host_tier_stats().promotions_failed, 1);
+}
+
+TEST(HostTierMemoryTest, UnindexAndClearIndexDropTierEntriesToo) {
+  Memory m(2, "tier_unindex", 4);
+  PublishCheckpoint(m, {501}, 1, 1);
+  PublishCheckpoint(m, {502}, 1, 2);
+  Churn(m, 2, 3);
+  ASSERT_TRUE(m.memory->InHostTier(501));
+  ASSERT_TRUE(m.memory->InHostTier(502));
+  const std::vector<int64_t> dead = {501};
+  ASSERT_TRUE(m.memory->Unindex(dead).ok());
+  EXPECT_FALSE(m.memory->InHostTier(501));
+  EXPECT_TRUE(m.memory->InHostTier(502));
+  m.memory->ClearIndex();
+  EXPECT_FALSE(m.memory->InHostTier(502));
+}
+
+TEST(HostTierMemoryTest, ResizingTheTierKeepsTheMostRecentImages) {
+  Memory m(2, "tier_resize", 4);
+  for (int i = 0; i < 4; ++i) {
+    PublishCheckpoint(m, {600 + i}, 1, static_cast<uint8_t>(10 * i));
+    Churn(m, 2, 99);
+  }
+  ASSERT_EQ(m.memory->HostTierDump(),
+            (std::vector<int64_t>{600, 601, 602, 603}));
+  ASSERT_TRUE(m.memory->ResizeHostTier(2 * m.SlotBytes()).ok());
+  EXPECT_EQ(m.memory->HostTierDump(), (std::vector<int64_t>{602, 603}));
+  for (int i : {2, 3}) {
+    SlotHolding h;
+    ASSERT_EQ(m.memory->Admit(h, Spec({600 + i}, 1))->outcome,
+              ResumeOutcome::kTier);
+    EXPECT_TRUE(m.Holds(h.slots[0], static_cast<uint8_t>(10 * i))) << i;
+    ASSERT_TRUE(m.memory->Release(h, false).ok());
+  }
+  EXPECT_EQ(m.memory->ResizeHostTier(m.SlotBytes() - 1).code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(m.memory->ResizeHostTier(0).ok());
+  EXPECT_FALSE(m.memory->InHostTier(603));
+  EXPECT_EQ(m.memory->host_tier_stats().capacity_bytes, 0u);
+}
+
+TEST(HostTierMemoryTest, ATierNeedsStateMemory) {
+  SlotMemory bare = *SlotMemory::Create(
+      4, *StateTransfer::Create(TransferKind::kFork, 1, true), kBlock, nullptr);
+  EXPECT_EQ(bare.ResizeHostTier(1 << 20).code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace statecache
