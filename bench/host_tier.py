@@ -18,9 +18,11 @@ daemon, and the table gives:
   hit      blocks resumed / blocks asked for (the prefix hit ratio)
   saved    prefill tokens resumed instead of recomputed, and their share
   tier     resumes served from the tier
+  demoted  checkpoints the tier took
   demote / promote us per pass
            the daemon's demotion and promotion copy time per pass
-           (statecache_copy_seconds_total by reason, over the passes)
+           (statecache_copy_seconds_total by reason, over the passes),
+           and per demotion
   pass p50 the round trip of a pass (client side, median)
 
 and, from the same run, the baselines: the same pass p50 with the tier
@@ -160,6 +162,9 @@ def run(args, pool, tier_slots):
         "promote_us": 1e6 * metric(text, "statecache_copy_seconds_total",
                                    'reason="promotion"') / passes,
         "demotions": stats.host_tier_demotions,
+        "per_demotion_us": (1e6 * metric(text, "statecache_copy_seconds_total",
+                                         'reason="demotion"')
+                            / max(1, stats.host_tier_demotions)),
         "p50_us": 1e6 * times[len(times) // 2],
         "slot_bytes": memory.bytes_per_slot,
     }
@@ -205,9 +210,9 @@ def main():
           % (args.conversations, args.turns, args.new_blocks, BLOCK,
              first["slot_bytes"], args.runs))
     print("memcpy of one slot here: %.1f us" % statistics.median(copies))
-    print("%5s %5s %6s %8s %6s %6s %10s %11s %9s %8s" % (
-        "pool", "tier", "hit", "saved", "share", "tier#", "demote us",
-        "promote us", "pass p50", "p50 x"))
+    print("%5s %5s %6s %8s %6s %6s %7s %10s %11s %11s %9s %8s" % (
+        "pool", "tier", "hit", "saved", "share", "tier#", "demoted",
+        "demote us", "promote us", "us/demotion", "pass p50", "p50 x"))
     for pool in pools:
         base = statistics.median(r["p50_us"] for r in results[(pool, "off")])
         for name, _ in tiers:
@@ -216,11 +221,13 @@ def main():
             def med(key):
                 return statistics.median(r[key] for r in rs)
             assert all(r["tier"] == r["tier_stat"] for r in rs)
-            print("%5d %5s %6.3f %8d %5.1f%% %6d %10.2f %11.2f %8.0fus "
-                  "%7.2f" % (pool, name, med("hit"), med("saved"),
-                             100 * med("saved") / first["asked"], med("tier"),
-                             med("demote_us"), med("promote_us"),
-                             med("p50_us"), med("p50_us") / base))
+            print("%5d %5s %6.3f %8d %5.1f%% %6d %7d %10.2f %11.2f %11.2f "
+                  "%8.0fus %7.2f" % (
+                      pool, name, med("hit"), med("saved"),
+                      100 * med("saved") / first["asked"], med("tier"),
+                      med("demotions"), med("demote_us"), med("promote_us"),
+                      med("per_demotion_us"), med("p50_us"),
+                      med("p50_us") / base))
     return 0
 
 

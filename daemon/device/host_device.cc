@@ -286,8 +286,10 @@ absl::StatusOr<std::unique_ptr<HostStaging>> HostDevice::AllocateStaging(
   if (bytes == 0) {
     return absl::InvalidArgumentError("staging memory of 0 bytes");
   }
+  // Populated at once: the tier's memory is the operator's to give, and a
+  // demotion under load should not wait on first-touch page faults.
   void* data = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
-                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
   if (data == MAP_FAILED) {
     const int err = errno;
     // Whatever mmap says (EINVAL for a size past the address space, too),
