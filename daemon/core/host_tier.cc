@@ -34,22 +34,17 @@ void HostTier::Unlink(int64_t entry) {
   e.prev = e.next = kNil;
 }
 
-void HostTier::LinkHead(int64_t entry) {
+void HostTier::Link(int64_t entry, bool at_head) {
   Entry& e = entries_[entry];
-  e.prev = kNil;
-  e.next = head_;
-  if (head_ != kNil) entries_[head_].prev = entry;
-  head_ = entry;
-  if (tail_ == kNil) tail_ = entry;
-}
-
-void HostTier::LinkTail(int64_t entry) {
-  Entry& e = entries_[entry];
-  e.next = kNil;
-  e.prev = tail_;
-  if (tail_ != kNil) entries_[tail_].next = entry;
-  tail_ = entry;
-  if (head_ == kNil) head_ = entry;
+  // Between `before` and `after` (kNil: the list's end on that side).
+  const int64_t before = at_head ? kNil : tail_;
+  const int64_t after = at_head ? head_ : kNil;
+  e.prev = before;
+  e.next = after;
+  if (before != kNil) entries_[before].next = entry;
+  if (after != kNil) entries_[after].prev = entry;
+  if (before == kNil) head_ = entry;
+  if (after == kNil) tail_ = entry;
 }
 
 int64_t HostTier::TakeEntry(int64_t& evicted_hash) {
@@ -80,18 +75,14 @@ HostTier::Filed HostTier::Insert(int64_t hash, bool at_head) {
     Unlink(it->second);
   }
   filed.entry = it->second;
-  if (at_head) {
-    LinkHead(filed.entry);
-  } else {
-    LinkTail(filed.entry);
-  }
+  Link(filed.entry, at_head);
   return filed;
 }
 
 void HostTier::Touch(int64_t entry) {
   ++counts_.hits;
   Unlink(entry);
-  LinkTail(entry);
+  Link(entry, /*at_head=*/false);
 }
 
 bool HostTier::Erase(int64_t hash) {
@@ -132,7 +123,7 @@ std::vector<std::pair<int64_t, int64_t>> HostTier::Resize(int64_t capacity) {
     const int64_t hash = entries_[old_entry].hash;
     resized.entries_[new_entry].hash = hash;
     resized.index_.emplace(hash, new_entry);
-    resized.LinkTail(new_entry);
+    resized.Link(new_entry, /*at_head=*/false);
     moves.emplace_back(old_entry, new_entry);
   }
   *this = std::move(resized);

@@ -97,8 +97,8 @@ class HostTier {
   // Every entry vacant, nothing filed; the counts stay.
   void Reset();
   void Unlink(int64_t entry);
-  void LinkHead(int64_t entry);
-  void LinkTail(int64_t entry);
+  // Links a detached `entry` at the head or the tail.
+  void Link(int64_t entry, bool at_head);
   // A vacant entry, spending the head when there is none.
   int64_t TakeEntry(int64_t& evicted_hash);
 

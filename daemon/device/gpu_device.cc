@@ -211,28 +211,27 @@ absl::StatusOr<std::unique_ptr<HostStaging>> GpuDevice::AllocateStaging(
                                          static_cast<char*>(device), bytes);
 }
 
-absl::StatusOr<CopyResult> GpuDevice::ReadSlots(
-    HostStaging& staging, absl::Span<const SlotImage> images) {
+absl::StatusOr<CopyResult> GpuDevice::CopyImages(
+    const HostStaging& staging, absl::Span<const SlotImage> images,
+    bool to_region) {
   const absl::Time start = absl::Now();
   ASSIGN_OR_RETURN(char* staging_base, DeviceAddress(staging));
   ASSIGN_OR_RETURN(CopyTable table,
                    BuildImageCopyTable(options_.layout, capacity_, num_slots_,
-                                       staging.size(), images,
-                                       /*to_region=*/false));
-  RETURN_IF_ERROR(RunTable(table, base_, staging_base));
+                                       staging.size(), images, to_region));
+  RETURN_IF_ERROR(to_region ? RunTable(table, staging_base, base_)
+                            : RunTable(table, base_, staging_base));
   return CopyResult::Of(table, start);
+}
+
+absl::StatusOr<CopyResult> GpuDevice::ReadSlots(
+    HostStaging& staging, absl::Span<const SlotImage> images) {
+  return CopyImages(staging, images, /*to_region=*/false);
 }
 
 absl::StatusOr<CopyResult> GpuDevice::WriteSlots(
     const HostStaging& staging, absl::Span<const SlotImage> images) {
-  const absl::Time start = absl::Now();
-  ASSIGN_OR_RETURN(char* staging_base, DeviceAddress(staging));
-  ASSIGN_OR_RETURN(CopyTable table,
-                   BuildImageCopyTable(options_.layout, capacity_, num_slots_,
-                                       staging.size(), images,
-                                       /*to_region=*/true));
-  RETURN_IF_ERROR(RunTable(table, staging_base, base_));
-  return CopyResult::Of(table, start);
+  return CopyImages(staging, images, /*to_region=*/true);
 }
 
 uint64_t GpuDevice::CommittedBytes() const {

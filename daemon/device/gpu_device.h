@@ -77,6 +77,10 @@ class GpuDevice : public Device {
   struct Runtime;  // stream, copier, IPC handle: runtime types
   explicit GpuDevice(GpuDeviceOptions options);
   // Runs `table` on the copier under copy_mu_, synchronised.
+  // ReadSlots (to_region false) and WriteSlots (true).
+  absl::StatusOr<CopyResult> CopyImages(const HostStaging& staging,
+                                        absl::Span<const SlotImage> images,
+                                        bool to_region);
   absl::Status RunTable(const CopyTable& table, const void* src_base,
                         void* dst_base);
 

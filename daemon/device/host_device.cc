@@ -300,32 +300,32 @@ absl::StatusOr<std::unique_ptr<HostStaging>> HostDevice::AllocateStaging(
   return std::make_unique<MappedStaging>(static_cast<char*>(data), bytes);
 }
 
-absl::StatusOr<CopyResult> HostDevice::ReadSlots(
-    HostStaging& staging, absl::Span<const SlotImage> images) {
+absl::StatusOr<CopyResult> HostDevice::CopyImages(
+    const HostStaging& staging, absl::Span<const SlotImage> images,
+    bool to_region) {
   const absl::Time start = absl::Now();
   ASSIGN_OR_RETURN(CopyTable table,
                    BuildImageCopyTable(options_.layout, Capacity(), num_slots_,
-                                       staging.size(), images,
-                                       /*to_region=*/false));
+                                       staging.size(), images, to_region));
   {
     absl::MutexLock lock(&copy_mu_);
-    copier_->Run(table.descriptors, base_, staging.data());
+    if (to_region) {
+      copier_->Run(table.descriptors, staging.data(), base_);
+    } else {
+      copier_->Run(table.descriptors, base_, staging.data());
+    }
   }
   return CopyResult::Of(table, start);
 }
 
+absl::StatusOr<CopyResult> HostDevice::ReadSlots(
+    HostStaging& staging, absl::Span<const SlotImage> images) {
+  return CopyImages(staging, images, /*to_region=*/false);
+}
+
 absl::StatusOr<CopyResult> HostDevice::WriteSlots(
     const HostStaging& staging, absl::Span<const SlotImage> images) {
-  const absl::Time start = absl::Now();
-  ASSIGN_OR_RETURN(CopyTable table,
-                   BuildImageCopyTable(options_.layout, Capacity(), num_slots_,
-                                       staging.size(), images,
-                                       /*to_region=*/true));
-  {
-    absl::MutexLock lock(&copy_mu_);
-    copier_->Run(table.descriptors, staging.data(), base_);
-  }
-  return CopyResult::Of(table, start);
+  return CopyImages(staging, images, /*to_region=*/true);
 }
 
 uint64_t HostDevice::CommittedBytes() const {

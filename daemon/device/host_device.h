@@ -95,6 +95,10 @@ class HostDevice : public Device {
   int64_t Capacity() const;  // the capacity placements are laid out for
   absl::Status Grow(int64_t new_num_slots);
   absl::Status Shrink(int64_t new_num_slots);
+  // ReadSlots (to_region false) and WriteSlots (true).
+  absl::StatusOr<CopyResult> CopyImages(const HostStaging& staging,
+                                        absl::Span<const SlotImage> images,
+                                        bool to_region);
 
   const HostDeviceOptions options_;
   int64_t max_slots_ = 0;

@@ -12,21 +12,10 @@
 #include "absl/strings/match.h"
 #include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
+#include "tests/device/heap_staging.h"
 
 namespace statecache {
 namespace {
-
-class HeapStaging : public HostStaging {
- public:
-  explicit HeapStaging(uint64_t bytes)
-      : data_(new char[bytes]()), size_(bytes) {}
-  char* data() const override { return data_.get(); }
-  uint64_t size() const override { return size_; }
-
- private:
-  const std::unique_ptr<char[]> data_;
-  const uint64_t size_;
-};
 
 // Records every Copy, ReadSlots, WriteSlots and Resize; never fails on its
 // own.

@@ -32,6 +32,7 @@
 #include "google/protobuf/stubs/logging.h"
 #include "proto/packed_form.h"
 #include "proto/statecache/v1/statecache.pb.h"
+#include "tests/device/heap_staging.h"
 #include "tests/fuzz/fuzz_input.h"
 #include "tests/service/fake_clock.h"
 #include "tests/service/random_operations.h"
@@ -51,20 +52,6 @@ void CheckInvariants(const StateCache& cache, const std::string& after) {
   Check(invariants.ok(), "invariants broken",
         invariants.ToString() + "\nafter: " + after);
 }
-
-// Staging memory that is real (the daemon may read what it holds) but that
-// no copy fills: the region it would be filled from holds no bytes.
-class HeapStaging : public HostStaging {
- public:
-  explicit HeapStaging(uint64_t bytes)
-      : data_(new char[bytes]()), size_(bytes) {}
-  char* data() const override { return data_.get(); }
-  uint64_t size() const override { return size_; }
-
- private:
-  const std::unique_ptr<char[]> data_;
-  const uint64_t size_;
-};
 
 // State memory without bytes: Copy, ReadSlots and WriteSlots check their
 // batches as every backend does (BuildCopyTable, BuildImageCopyTable) and a

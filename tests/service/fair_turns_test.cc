@@ -53,57 +53,52 @@ TEST(FairTurnsTest, AnUncontendedTurnIsTakenAtOnceAndLeavesNobodyWaiting) {
   EXPECT_EQ(turns.waiting(), 0);
 }
 
+// The order in which Steps get their turns: `holder` holds the turn while
+// the `arrivals` (session, name) park one by one, in order, then lets go.
+std::vector<std::string> TurnOrder(
+    uint64_t holder,
+    const std::vector<std::pair<uint64_t, std::string>>& arrivals) {
+  FairTurns turns;
+  TurnLog log;
+  std::vector<std::thread> threads;
+  auto held = std::make_unique<FairTurns::Turn>(turns, holder);
+  int queued = 0;
+  for (const auto& [key, name] : arrivals) {
+    threads.emplace_back([&turns, &log, key = key, name = name] {
+      FairTurns::Turn turn(turns, key);
+      log.Add(name);
+    });
+    AwaitCount([&] { return turns.waiting(); }, ++queued);
+  }
+  held.reset();
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(turns.waiting(), 0);
+  return log.order();
+}
+
 // A holds the turn; three more of A's Steps queue, then two of B's. The
 // turn alternates, B first (A just had it), and each session's own Steps
 // keep their arrival order. First come, first served would run A2 A3 A4
 // before B1.
 TEST(FairTurnsTest, ManyStepsOfOneSessionTakeTurnsWithAnother) {
-  FairTurns turns;
-  TurnLog log;
-  std::vector<std::thread> threads;
-  auto held = std::make_unique<FairTurns::Turn>(turns, kA);
-  int queued = 0;
-  for (const auto& [key, name] : std::vector<std::pair<uint64_t, std::string>>{
-           {kA, "A2"}, {kA, "A3"}, {kA, "A4"}, {kB, "B1"}, {kB, "B2"}}) {
-    threads.emplace_back([&turns, &log, key = key, name = name] {
-      FairTurns::Turn turn(turns, key);
-      log.Add(name);
-    });
-    AwaitCount([&] { return turns.waiting(); }, ++queued);
-  }
-  held.reset();
-  for (std::thread& t : threads) t.join();
-  EXPECT_EQ(log.order(),
-            (std::vector<std::string>{"B1", "A2", "B2", "A3", "A4"}));
-  EXPECT_EQ(turns.waiting(), 0);
+  EXPECT_EQ(
+      TurnOrder(kA,
+                {{kA, "A2"}, {kA, "A3"}, {kA, "A4"}, {kB, "B1"}, {kB, "B2"}}),
+      (std::vector<std::string>{"B1", "A2", "B2", "A3", "A4"}));
 }
 
 // A session arriving while three others each have Steps waiting is served
 // after one Step of each of them, not after all of theirs.
 TEST(FairTurnsTest, ALateSessionWaitsBehindOneStepOfEachOther) {
-  FairTurns turns;
-  TurnLog log;
-  std::vector<std::thread> threads;
-  auto held = std::make_unique<FairTurns::Turn>(turns, 9);
-  int queued = 0;
-  for (const auto& [key, name] :
-       std::vector<std::pair<uint64_t, std::string>>{{1, "a1"},
-                                                     {1, "a2"},
-                                                     {2, "b1"},
-                                                     {2, "b2"},
-                                                     {3, "c1"},
-                                                     {3, "c2"},
-                                                     {4, "victim"}}) {
-    threads.emplace_back([&turns, &log, key = key, name = name] {
-      FairTurns::Turn turn(turns, key);
-      log.Add(name);
-    });
-    AwaitCount([&] { return turns.waiting(); }, ++queued);
-  }
-  held.reset();
-  for (std::thread& t : threads) t.join();
-  EXPECT_EQ(log.order(), (std::vector<std::string>{"a1", "b1", "c1", "victim",
-                                                   "a2", "b2", "c2"}));
+  EXPECT_EQ(
+      TurnOrder(9, {{1, "a1"},
+                    {1, "a2"},
+                    {2, "b1"},
+                    {2, "b2"},
+                    {3, "c1"},
+                    {3, "c2"},
+                    {4, "victim"}}),
+      (std::vector<std::string>{"a1", "b1", "c1", "victim", "a2", "b2", "c2"}));
 }
 
 // Blocks the first Step it sees (with the core's mutex and the turn held)
