@@ -148,6 +148,55 @@ TEST_P(GpuDeviceTest, CopiesQwen3NextSlots) {
   EXPECT_EQ(region.placements, options.layout.Placements(16));
 }
 
+// The host tier's copies: slot images out to pinned staging memory and back
+// onto other slots, in one launch each, byte for byte (an image is the
+// slot's pieces in [layer][tensor] order, as BuildImageCopyTable lays it).
+TEST_P(GpuDeviceTest, SlotImagesRoundTripThroughPinnedStaging) {
+  GpuDeviceOptions options;
+  options.layout = *LayoutPreset("qwen3-next-80b-a3b", 1, GetParam());
+  options.num_slots = 12;
+  options.max_slots = 12;
+  absl::StatusOr<std::unique_ptr<GpuDevice>> device =
+      GpuDevice::Create(options);
+  ASSERT_TRUE(device.ok()) << device.status();
+  const uint64_t region_bytes = options.layout.RegionBytes(12);
+  const uint64_t image = options.layout.bytes_per_slot();
+  std::vector<uint8_t> host = RandomBytes(region_bytes, 7);
+  ASSERT_HIP(hipMemcpy((*device)->base(), host.data(), region_bytes,
+                       hipMemcpyHostToDevice));
+  absl::StatusOr<std::unique_ptr<HostStaging>> staging =
+      (*device)->AllocateStaging(3 * image);
+  ASSERT_TRUE(staging.ok()) << staging.status();
+  const std::vector<SlotImage> out = {{2, 0}, {5, image}, {9, 2 * image}};
+  absl::StatusOr<CopyResult> read = (*device)->ReadSlots(**staging, out);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->bytes, 3 * image);
+  // The staging bytes are what the table says they are.
+  std::vector<uint8_t> want(3 * image);
+  absl::StatusOr<CopyTable> table = BuildImageCopyTable(
+      options.layout, 12, 12, 3 * image, out, /*to_region=*/false);
+  ASSERT_TRUE(table.ok());
+  for (const CopyDescriptor& d : table->descriptors) {
+    std::memcpy(want.data() + d.dst_offset, host.data() + d.src_offset,
+                d.bytes);
+  }
+  EXPECT_EQ(std::memcmp((*staging)->data(), want.data(), want.size()), 0);
+  // Back onto slots 0, 1 and 3: they now hold slots 2, 5 and 9.
+  const std::vector<SlotImage> in = {{0, 0}, {1, image}, {3, 2 * image}};
+  ASSERT_TRUE((*device)->WriteSlots(**staging, in).ok());
+  std::vector<uint8_t> got(region_bytes);
+  ASSERT_HIP(hipMemcpy(got.data(), (*device)->base(), region_bytes,
+                       hipMemcpyDeviceToHost));
+  const std::vector<SlotPair> same = {{2, 0}, {5, 1}, {9, 3}};
+  absl::StatusOr<CopyTable> moved =
+      BuildCopyTable(options.layout, 12, 12, same);
+  ASSERT_TRUE(moved.ok());
+  Reference(moved->descriptors, host);
+  EXPECT_TRUE(got == host);
+  EXPECT_EQ((*device)->ReadSlots(**staging, {{{12, 0}}}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 INSTANTIATE_TEST_SUITE_P(Arrangements, GpuDeviceTest,
                          ::testing::Values(Arrangement::kSlotMajor,
                                            Arrangement::kLayerMajor),
