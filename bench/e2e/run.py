@@ -305,6 +305,94 @@ def write_chart(path, sweep, daemon_rows, pools, concurrencies):
 
 # ------------------------------------------------------------ main
 
+# A small state layout for the host tier's runs (the tier needs state
+# memory; the loadgen writes no bytes, so its size only sets the copies').
+TIER_LAYOUT = {"format": "statecache-layout/v1", "name": "e2e-tier",
+               "num_layers": 4,
+               "tensors": [{"name": "conv", "dtype": "bf16",
+                            "shape": [4, 256]},
+                           {"name": "ssm", "dtype": "f32",
+                            "shape": [8, 32, 32]}]}
+TIER_FACTORS = ((0, "off"), (1, "1x"), (4, "4x"))
+
+
+def tier_runs(Daemon, sd, lg, workload, tmp, pools, concurrency,  # noqa: N803
+              loadgen_flags):
+    """The statecache policy at `concurrency` per pool size with the host
+    tier off, the size of the pool and four times it, each on a daemon of
+    its own with state memory; returns one row per run."""
+    import re
+    import urllib.request
+
+    import statecache
+    layout = os.path.join(tmp, "tier-layout.json")
+    with open(layout, "w") as f:
+        json.dump(TIER_LAYOUT, f)
+    rows = []
+    for pool in pools:
+        for factor, name in TIER_FACTORS:
+            flags = ["--num_slots=%d" % pool, "--layout=" + layout] + \
+                DAEMON_FLAGS
+            with Daemon(sd, flags, tmp, name="tier%d-%s" % (pool, name)) as d:
+                with statecache.Client.connect(d.address) as client:
+                    image = client.admin.stats().bytes_per_slot
+                    if factor:
+                        client.admin.resize(
+                            host_tier_bytes=factor * pool * image)
+                    _, report = loadgen(
+                        lg, ["--workload=" + workload,
+                             "--address=" + d.address,
+                             "--policy=statecache", "--in_process=false",
+                             "--concurrency=%d" % concurrency]
+                        + loadgen_flags,
+                        "tier %s, pool %d" % (name, pool))
+                    stats = client.admin.stats()
+                port = re.search(r"metrics on http://\S+:(\d+)/",
+                                 d.log())[1]
+                text = urllib.request.urlopen(
+                    "http://127.0.0.1:%s/metrics" % port).read().decode()
+            seconds = {}
+            for reason in ("demotion", "promotion"):
+                m = re.search(r'^statecache_copy_seconds_total\{reason="%s"\}'
+                              r" (\S+)$" % reason, text, re.M)
+                seconds[reason] = float(m[1]) if m else 0.0
+            r = report["daemon"]
+            rows.append({
+                "pool": pool, "tier": name, "tier_slots": factor * pool,
+                "hit_ratio": r["hit_ratio"],
+                "saved": r["tokens"]["resumed"],
+                "saved_share": r["tokens"]["saved_share"],
+                "passes": r["passes"],
+                "resumes_tier": stats.resumes_tier,
+                "demotions": stats.host_tier_demotions,
+                "demote_us_per_pass": 1e6 * seconds["demotion"]
+                / max(1, r["passes"]),
+                "promote_us_per_pass": 1e6 * seconds["promotion"]
+                / max(1, r["passes"]),
+                "p50": r["step_latency_us"]["p50"],
+            })
+    return rows
+
+
+def print_tier_table(out, rows):
+    head = ("%5s %5s %9s %12s %6s %8s %9s %10s %11s %7s %6s" % (
+        "slots", "tier", "hit ratio", "tokens saved", "saved", "from tier",
+        "demoted", "demote us", "promote us", "p50 us", "p50 x"))
+    out(head)
+    out("-" * len(head))
+    base = {}
+    for r in rows:
+        if r["tier"] == "off":
+            base[r["pool"]] = r["p50"]
+            if len(base) > 1:
+                out("")
+        out("%5d %5s %9.4f %12s %6.3f %8d %9d %10.2f %11.2f %7.0f %6.2f" % (
+            r["pool"], r["tier"], r["hit_ratio"], "{:,}".format(r["saved"]),
+            r["saved_share"], r["resumes_tier"], r["demotions"],
+            r["demote_us_per_pass"], r["promote_us_per_pass"], r["p50"],
+            r["p50"] / base[r["pool"]] if base.get(r["pool"]) else 0.0))
+
+
 def main():
     parser = argparse.ArgumentParser(
         description=__doc__.splitlines()[0],
@@ -489,6 +577,23 @@ def run(args, tmp, out_dir, binaries, workload_args, pools, concurrencies,
                 "in-process %.6f, GetStats %.6f" % (
                     r["pool"], r["concurrency"], r["policy"], r["hit_ratio"],
                     r["in_process_hit_ratio"], r["daemon_stats_hit_ratio"]))
+    out("")
+
+    # 2b. The host tier: the statecache policy at the highest concurrency,
+    # per pool, with the tier off, 1x and 4x the pool.
+    t = time.monotonic()
+    tier_conc = max(concurrencies)
+    tier = tier_runs(Daemon, sd, lg, workload, tmp, pools, tier_conc,
+                     args.loadgen_flag)
+    timings["tier"] = time.monotonic() - t
+    out("Host tier (--host_tier_bytes): policy statecache, concurrency %d, "
+        "a daemon with state memory (%s) per row; tier = its room in slot "
+        "images against the pool; from tier = admissions resumed from it; "
+        "demote / promote us = the daemon's copy time into and out of it "
+        "per pass; p50 x = against the tier-off row of the same pool."
+        % (tier_conc, TIER_LAYOUT["name"]))
+    out("")
+    print_tier_table(out, tier)
     out("")
 
     # 3. The recorded run through the C++ client and the Python package,
@@ -689,8 +794,9 @@ def run(args, tmp, out_dir, binaries, workload_args, pools, concurrencies,
             chart, " and ".join(map(str, sorted(set(chart_conc)))),
             ",".join(map(str, sweep_pools)), "yes" if sweep_agrees else "NO"))
     out("time: %.0f s in all (workload %.1f s, loadgen runs %.0f s, "
-        "replays %.0f s, 256-op passes %.0f s, sweep %.0f s)" % (
-            total, timings["workload"], timings["loadgen"],
+        "host tier %.0f s, replays %.0f s, 256-op passes %.0f s, sweep "
+        "%.0f s)" % (
+            total, timings["workload"], timings["loadgen"], timings["tier"],
             timings["replay"], timings["passes256"], timings["sweep"]))
 
     result = {
@@ -699,6 +805,7 @@ def run(args, tmp, out_dir, binaries, workload_args, pools, concurrencies,
         "loadgen_flags": args.loadgen_flag,
         "daemon_flags": DAEMON_FLAGS,
         "rows": rows,
+        "host_tier": tier,
         "check": {"hit_ratio_identical": len(identical),
                   "decisions_identical": len(same_decisions),
                   "rows": len(rows), "ok": check_ok},
