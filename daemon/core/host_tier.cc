@@ -79,6 +79,21 @@ HostTier::Filed HostTier::Insert(int64_t hash, bool at_head) {
   return filed;
 }
 
+HostTier::Resume HostTier::Deepest(const SlotPool& pool, const Sequence& seq,
+                                   int64_t hit,
+                                   absl::Span<const int64_t> hashes,
+                                   int64_t floor) const {
+  if (index_.empty()) return {};
+  absl::StatusOr<int64_t> deepest =
+      pool.ResumableHit(seq, hit, hashes, /*assume_checkpointed=*/true);
+  if (!deepest.ok()) return {};
+  for (int64_t blocks = *deepest; blocks > floor; --blocks) {
+    const int64_t entry = Find(hashes[blocks - 1]);
+    if (entry >= 0) return {blocks, entry};
+  }
+  return {};
+}
+
 void HostTier::Touch(int64_t entry) {
   ++counts_.hits;
   Unlink(entry);

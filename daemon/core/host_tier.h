@@ -27,6 +27,9 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/types/span.h"
+#include "daemon/core/sequence.h"
+#include "daemon/core/slot_pool.h"
 
 namespace statecache {
 
@@ -66,6 +69,18 @@ class HostTier {
   // Files `hash` (see the rules). entry == -1 when capacity() == 0.
   // REQUIRES: hash >= 0.
   Filed Insert(int64_t hash, bool at_head);
+
+  // Where a resume of `seq` with `hit` of `hashes` held by the KV cache
+  // would start from the tier: the deepest depth in (floor, hit] that the
+  // pool's fork-room rule allows (SlotPool::ResumableHit with every
+  // checkpoint assumed) and whose hash the tier holds, with its entry;
+  // {0, -1} when there is none. Changes nothing.
+  struct Resume {
+    int64_t blocks = 0;
+    int64_t entry = -1;
+  };
+  Resume Deepest(const SlotPool& pool, const Sequence& seq, int64_t hit,
+                 absl::Span<const int64_t> hashes, int64_t floor) const;
 
   // A resume read `entry`: to the tail, counted as a hit.
   // REQUIRES: entry holds a hash (Find returned it).

@@ -142,9 +142,11 @@ absl::StatusOr<Admission> SlotMemory::Admit(SlotHolding& holding,
     }
   }
   if (tier_.has_value() && spec.kv_hit_blocks > hit) {
-    const auto [tier_hit, entry] = DeepestInTier(
-        SequenceOf(holding), spec.kv_hit_blocks, spec.block_hashes, hit);
-    if (tier_hit > hit) return AdmitFromTier(holding, spec, tier_hit, entry);
+    const HostTier::Resume from_tier = tier_->Deepest(
+        pool_, SequenceOf(holding), spec.kv_hit_blocks, spec.block_hashes, hit);
+    if (from_tier.blocks > hit) {
+      return AdmitFromTier(holding, spec, from_tier.blocks, from_tier.entry);
+    }
   }
   Admission admission;
   admission.outcome =
@@ -185,22 +187,6 @@ absl::StatusOr<Admission> SlotMemory::Admit(SlotHolding& holding,
     SetOwner(holding.slots[i], &holding, i);
   }
   return admission;
-}
-
-std::pair<int64_t, int64_t> SlotMemory::DeepestInTier(
-    const Sequence& seq, int32_t kv_hit_blocks,
-    absl::Span<const int64_t> hashes, int64_t floor) const {
-  if (!tier_.has_value() || tier_->size() == 0) return {0, -1};
-  // The fork-room rule alone (every checkpoint assumed): the deepest block a
-  // resume may start from, whoever holds it.
-  absl::StatusOr<int64_t> deepest =
-      pool_.ResumableHit(seq, kv_hit_blocks, hashes, /*assume=*/true);
-  if (!deepest.ok()) return {0, -1};
-  for (int64_t blocks = *deepest; blocks > floor; --blocks) {
-    const int64_t entry = tier_->Find(hashes[blocks - 1]);
-    if (entry >= 0) return {blocks, entry};
-  }
-  return {0, -1};
 }
 
 absl::StatusOr<Admission> SlotMemory::AdmitFromTier(SlotHolding& holding,
@@ -380,9 +366,9 @@ absl::StatusOr<SlotMemory::Resumable> SlotMemory::ResumableHit(
   Resumable out;
   ASSIGN_OR_RETURN(out.blocks, pool_.ResumableHit(seq, kv_hit_blocks, hashes,
                                                   assume_checkpointed));
-  if (!assume_checkpointed) {
+  if (!assume_checkpointed && tier_.has_value()) {
     out.tier_blocks =
-        DeepestInTier(seq, kv_hit_blocks, hashes, out.blocks).first;
+        tier_->Deepest(pool_, seq, kv_hit_blocks, hashes, out.blocks).blocks;
   }
   return out;
 }

@@ -383,12 +383,6 @@ class SlotMemory {
   absl::StatusOr<Admission> AdmitFromTier(SlotHolding& holding,
                                           const AdmitSpec& spec, int64_t blocks,
                                           int64_t entry);
-  // The deepest resumable depth above `floor` that the tier holds, and its
-  // entry; {0, -1} when none (or the tier is off).
-  std::pair<int64_t, int64_t> DeepestInTier(const Sequence& seq,
-                                            int32_t kv_hit_blocks,
-                                            absl::Span<const int64_t> hashes,
-                                            int64_t floor) const;
   // Runs one image batch, reporting it to the observers.
   absl::StatusOr<uint64_t> RunImageCopy(absl::Span<const SlotImage> images,
                                         CopyReason reason);

@@ -523,16 +523,8 @@ void FeedTier(SlotPool& pool, HostTier& tier, const Call& call,
     tier.Clear();
   } else if (result.status.ok() && call.op == Op::kResumableHit && !call.flag &&
              call.seq.has_value()) {
-    // The fork-room rule alone, then the deepest prefix the tier holds.
     const int64_t device = std::get<int64_t>(result.value);
-    absl::StatusOr<int64_t> deepest =
-        pool.ResumableHit(*call.seq, call.a, call.ints, true);
-    for (int64_t b = deepest.ok() ? *deepest : 0; b > device; --b) {
-      if (tier.Find(call.ints[b - 1]) >= 0) {
-        tier_hit = b;
-        break;
-      }
-    }
+    tier_hit = tier.Deepest(pool, *call.seq, call.a, call.ints, device).blocks;
   }
   if (demoted.empty() && erased.empty() && tier_hit == 0) return;
   events.push_back(Dumps(json{{"line", i},

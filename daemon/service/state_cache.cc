@@ -267,11 +267,6 @@ absl::Status StateCache::Detach(const v1::DetachRequest& request,
                                 const Peer& peer) {
   std::function<void()> done;
   {
-    std::optional<FairTurns::Turn> turn;
-    if (options_.fair_share) {
-      turn.emplace(turns_,
-                   absl::Hash<std::string_view>{}(request.session_id()));
-    }
     absl::MutexLock lock(&mu_);
     ASSIGN_OR_RETURN(Session * session,
                      FindSession(request.session_id(), peer));
