@@ -65,6 +65,8 @@
 #include "daemon/service/log.h"
 #include "daemon/service/session_event_log.h"
 #include "daemon/service/state_cache.h"
+#include "daemon/service/state_dir.h"
+#include "daemon/service/state_keeper.h"
 #include "daemon/serving.h"
 
 ABSL_FLAG(std::string, listen, "",
@@ -134,6 +136,17 @@ ABSL_FLAG(int64_t, host_tier_bytes, 0,
           "Host memory (bytes) for checkpoints the pool evicts, resumed from "
           "when a prefix goes deeper there than on the device; 0 = off. "
           "Needs state memory (--model or --layout). Resize changes it.");
+ABSL_FLAG(std::string, state_dir, "",
+          "Directory where the daemon keeps what it needs to restart warm: "
+          "the checkpoint index with a checksum of every checkpoint, and "
+          "(host backend) a state region that outlives the process. A daemon "
+          "started on the same directory with the same identity, transfer "
+          "and layout comes back with the checkpoints whose bytes still "
+          "match; anything else starts empty, saying why. Needs state "
+          "memory. Empty = off.");
+ABSL_FLAG(absl::Duration, state_save_interval, absl::Seconds(1),
+          "With --state_dir: how often the checkpoint index is saved (when "
+          "it changed). A crash loses what was published since.");
 ABSL_FLAG(bool, fair_share, true,
           "Steps take turns round robin between sessions, so one session's "
           "many Steps in flight cannot all go before another's.");
@@ -304,6 +317,9 @@ absl::StatusOr<StateCacheOptions> OptionsFromFlags() {
       return absl::InvalidArgumentError("--shm_mode must be octal, e.g. 0660");
     }
     device.shm_mode = static_cast<mode_t>(mode);
+    // A warm restart reads the checkpoints out of the region it left.
+    device.retain_region =
+        !absl::GetFlag(FLAGS_state_dir).empty() && device.backend == "host";
     if (device.backend == "host") {
       absl::StatusOr<std::vector<std::string>> removed =
           HostDevice::CleanupStale(device.shm_prefix);
@@ -335,20 +351,34 @@ absl::StatusOr<StateCacheOptions> OptionsFromFlags() {
         "--layout)");
   }
   options.host_tier_bytes = static_cast<uint64_t>(tier_bytes);
+  if (!absl::GetFlag(FLAGS_state_dir).empty() && options.device == nullptr) {
+    return absl::InvalidArgumentError(
+        "--state_dir needs state memory (--model or --layout)");
+  }
+  if (absl::GetFlag(FLAGS_state_save_interval) <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--state_save_interval must be positive");
+  }
   return options;
 }
 
 // ------------------------------------------------------------ maintenance
 
 // Runs StateCache::Tick whenever the core has something due (a lease lapsing,
-// a resize to retry or expire), sleeping in between; Stop wakes it at once.
+// a resize to retry or expire), and saves the state directory's index every
+// `save_interval` (with a keeper), sleeping in between; Stop wakes it at
+// once.
 //
 // Thread safety: Stop may be called from any thread.
 class MaintenanceThread {
  public:
-  // Neither is owned. REQUIRES: both outlive this.
-  MaintenanceThread(StateCache* cache, SessionEventLog* events)
-      : cache_(cache), events_(events), thread_([this] { Run(); }) {}
+  // None is owned; `keeper` may be null. REQUIRES: all outlive this.
+  MaintenanceThread(StateCache* cache, SessionEventLog* events,
+                    StateKeeper* keeper, absl::Duration save_interval)
+      : cache_(cache),
+        events_(events),
+        keeper_(keeper),
+        save_interval_(save_interval),
+        thread_([this] { Run(); }) {}
   ~MaintenanceThread() { Stop(); }
 
   MaintenanceThread(const MaintenanceThread&) = delete;
@@ -365,13 +395,22 @@ class MaintenanceThread {
 
  private:
   void Run() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::Time next_save = absl::Now() + save_interval_;
     for (;;) {
       cache_->Tick();
       events_->LogExpiries();
-      const absl::Time now = absl::Now();
-      const absl::Time wake =
+      absl::Time now = absl::Now();
+      if (keeper_ != nullptr && now >= next_save) {
+        if (absl::Status st = keeper_->Save(); !st.ok()) {
+          LOG_WARNING("state dir: saving the index failed: %s", st.ToString());
+        }
+        now = absl::Now();
+        next_save = now + save_interval_;
+      }
+      absl::Time wake =
           std::clamp(cache_->NextDeadline(), now + kMinMaintenanceSleep,
                      now + kMaxMaintenanceSleep);
+      if (keeper_ != nullptr) wake = std::min(wake, next_save);
       absl::MutexLock lock(&mu_);
       if (mu_.AwaitWithDeadline(absl::Condition(&stopping_), wake)) return;
     }
@@ -379,6 +418,8 @@ class MaintenanceThread {
 
   StateCache* const cache_;
   SessionEventLog* const events_;
+  StateKeeper* const keeper_;
+  const absl::Duration save_interval_;
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;  // last: starts once the members above exist
@@ -486,6 +527,17 @@ int Serve() {
     LOG_ERROR("bad configuration: %s", options.status().ToString());
     return kExitConfigError;
   }
+  // Opened first: a directory another daemon holds is a configuration
+  // error, found before anything is served.
+  std::unique_ptr<StateDir> state_dir;
+  if (const std::string dir = absl::GetFlag(FLAGS_state_dir); !dir.empty()) {
+    absl::StatusOr<std::unique_ptr<StateDir>> opened = StateDir::Open(dir);
+    if (!opened.ok()) {
+      LOG_ERROR("bad configuration: %s", opened.status().ToString());
+      return kExitConfigError;
+    }
+    state_dir = *std::move(opened);
+  }
   std::string listen = absl::GetFlag(FLAGS_listen);
   if (listen.empty()) listen = DefaultAddress();
   const std::optional<std::string> socket_path = UnixSocketPath(listen);
@@ -505,6 +557,13 @@ int Serve() {
   if (!cache.ok()) {
     LOG_ERROR("bad configuration: %s", cache.status().ToString());
     return kExitConfigError;
+  }
+  // Before serving: the checkpoints the last daemon left come back first.
+  std::unique_ptr<StateKeeper> keeper;
+  if (state_dir != nullptr) {
+    keeper = std::make_unique<StateKeeper>(std::move(state_dir), cache->get(),
+                                           DeviceOptions{}.shm_prefix);
+    keeper->Restore();
   }
   SessionEventLog events;
   (*cache)->AddObserver(&events);
@@ -542,7 +601,8 @@ int Serve() {
   }
   (*serving)->SetHealth(true);
 
-  MaintenanceThread maintenance(cache->get(), &events);
+  MaintenanceThread maintenance(cache->get(), &events, keeper.get(),
+                                absl::GetFlag(FLAGS_state_save_interval));
 
   LOG_INFO(
       "pool: num_slots=%d transfer=%s lease_ttl=%s max_ops_per_step=%d "
@@ -566,6 +626,16 @@ int Serve() {
   (*serving)->Drain(calls, absl::GetFlag(FLAGS_shutdown_grace));
   maintenance.Stop();
   serving->reset();
+  if (keeper != nullptr) {
+    // No Step runs any more: what the next daemon restores is final.
+    if (absl::Status st = keeper->SaveForShutdown(); !st.ok()) {
+      LOG_ERROR(
+          "state dir: saving at shutdown failed: %s (the next start "
+          "has what was saved before)",
+          st.ToString());
+    }
+    keeper.reset();
+  }
   // Destroying the cache cancels a resize still pending in the core; the
   // last reference to the device unmaps and unlinks the state memory.
   cache->reset();

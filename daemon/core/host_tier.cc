@@ -79,6 +79,15 @@ HostTier::Filed HostTier::Insert(int64_t hash, bool at_head) {
   return filed;
 }
 
+HostTier::Filed HostTier::Restore(int64_t hash) {
+  Filed filed = Insert(hash, /*at_head=*/false);
+  if (filed.entry >= 0) {
+    --counts_.demotions;
+    ++counts_.restored;
+  }
+  return filed;
+}
+
 HostTier::Resume HostTier::Deepest(const SlotPool& pool, const Sequence& seq,
                                    int64_t hit,
                                    absl::Span<const int64_t> hashes,

@@ -38,6 +38,7 @@ struct HostTierCounts {
   int64_t evictions = 0;  // entries spent to make room (Insert, Resize)
   int64_t hits = 0;       // Touch: a resume read an entry
   int64_t erased = 0;     // Erase and Clear of a filed hash
+  int64_t restored = 0;   // Restore: brought back by a warm restart
   friend bool operator==(const HostTierCounts&,
                          const HostTierCounts&) = default;
 };
@@ -69,6 +70,10 @@ class HostTier {
   // Files `hash` (see the rules). entry == -1 when capacity() == 0.
   // REQUIRES: hash >= 0.
   Filed Insert(int64_t hash, bool at_head);
+  // Files `hash` at the tail as Insert does, but counted as restored (a
+  // restarted daemon bringing its tier back), not as a demotion.
+  // REQUIRES: hash >= 0.
+  Filed Restore(int64_t hash);
 
   // Where a resume of `seq` with `hit` of `hashes` held by the KV cache
   // would start from the tier: the deepest depth in (floor, hit] that the

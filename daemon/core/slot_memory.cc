@@ -212,6 +212,12 @@ absl::StatusOr<Admission> SlotMemory::AdmitFromTier(SlotHolding& holding,
   }
   entry = tier_->Find(spec.block_hashes[blocks - 1]);
   if (entry < 0) return admission;
+  if (!TierImageIntact(entry)) {
+    // Never resume from bytes that changed after they were demoted.
+    tier_->Erase(spec.block_hashes[blocks - 1]);
+    ++tier_promotions_failed_;
+    return admission;
+  }
   const SlotImage image{
       holding.slots[0],
       static_cast<uint64_t>(entry) * device_->layout().bytes_per_slot()};
@@ -496,6 +502,7 @@ void AddCounts(const HostTierCounts& from, HostTierCounts& to) {
   to.evictions += from.evictions;
   to.hits += from.hits;
   to.erased += from.erased;
+  to.restored += from.restored;
 }
 
 }  // namespace
@@ -561,7 +568,16 @@ absl::Status SlotMemory::FlushDemotions() {
   if (images_.empty()) return absl::OkStatus();
   absl::StatusOr<uint64_t> copied =
       RunImageCopy(images_, CopyReason::kDemotion);
-  if (copied.ok()) return absl::OkStatus();
+  if (copied.ok()) {
+    if (checksums_on_) {
+      std::vector<uint64_t> sums(images_.size());
+      ChecksumImages(*tier_memory_, images_, absl::MakeSpan(sums));
+      for (size_t i = 0; i < images_.size(); ++i) {
+        tier_checksums_[images_[i].offset / image_bytes] = sums[i];
+      }
+    }
+    return absl::OkStatus();
+  }
   // Nothing is served from images that were not copied.
   for (int64_t hash : image_hashes_) {
     if (tier_->Erase(hash)) ++tier_demotions_failed_;
@@ -574,6 +590,7 @@ absl::Status SlotMemory::ResizeHostTier(uint64_t bytes) {
     if (tier_.has_value()) AddCounts(tier_->counts(), retired_tier_counts_);
     tier_.reset();
     tier_memory_.reset();
+    tier_checksums_.clear();
     pool_.LogSpent(false);
     pool_.ClearSpent();
     return absl::OkStatus();
@@ -597,15 +614,18 @@ absl::Status SlotMemory::ResizeHostTier(uint64_t bytes) {
   RETURN_IF_ERROR(FlushDemotions());
   ASSIGN_OR_RETURN(std::unique_ptr<HostStaging> memory,
                    device_->AllocateStaging(entries * image_bytes));
+  std::vector<uint64_t> checksums(entries, 0);
   if (!tier_.has_value()) {
     tier_.emplace(entries);
   } else {
     for (const auto& [from, to] : tier_->Resize(entries)) {
       std::memcpy(memory->data() + to * image_bytes,
                   tier_memory_->data() + from * image_bytes, image_bytes);
+      checksums[to] = tier_checksums_[from];
     }
   }
   tier_memory_ = std::move(memory);
+  tier_checksums_ = std::move(checksums);
   pool_.LogSpent(true);
   return absl::OkStatus();
 }

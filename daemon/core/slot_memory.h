@@ -35,6 +35,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -307,6 +308,88 @@ class SlotMemory {
   // Errors: the device's (the batch's checkpoints are then not filed).
   absl::Status FlushDemotions();
 
+  // ------------------------------------------------------------ warm restart
+  //
+  // What a daemon restarted on the same state directory needs to come back
+  // with its checkpoints: each one's hash, where its bytes are, its LRU
+  // place and mark, and a checksum of its bytes taken when it was published
+  // (device) or demoted (host tier). The state directory
+  // (daemon/service/state_dir.h) writes it; Restore brings it back,
+  // dropping every checkpoint whose bytes do not match their checksum.
+
+  // From now on each checkpoint is checksummed when it is published
+  // (SealCheckpoints) and each tier image when it is demoted, and a
+  // promotion from the tier checks its image first (a mismatch is a miss).
+  // Errors: FAILED_PRECONDITION without state memory.
+  absl::Status EnableChecksums();
+  bool checksums_enabled() const { return checksums_on_; }
+  // Checksums the bytes of the checkpoints filed since the last call (one
+  // batched read). The caller calls it at the end of every pass, after
+  // FlushDemotions, before the reply lets the engine write anything; the
+  // shrink step calls it itself. No-op unless checksums are enabled.
+  // Errors: the device's (those checkpoints then carry no checksum and are
+  // not saved).
+  absl::Status SealCheckpoints();
+
+  // One saved checkpoint. `location` is its slot (device) or tier entry.
+  struct SavedCheckpoint {
+    int64_t hash = -1;
+    int64_t location = -1;
+    bool speculative = false;
+    uint64_t checksum = 0;
+    friend bool operator==(const SavedCheckpoint&,
+                           const SavedCheckpoint&) = default;
+  };
+  // The device's free and pinned checkpoints (SlotPool::SavableCheckpoints'
+  // order) and the tier's entries (LRU order, head first), each with its
+  // checksum; those without one (published before checksums were enabled,
+  // or whose checksum read failed) are left out. O(checkpoints).
+  struct Saved {
+    std::vector<SavedCheckpoint> device;
+    std::vector<SavedCheckpoint> tier;
+  };
+  Saved SaveCheckpoints() const;
+  // Copies the device checkpoints of `saved` into one staging memory,
+  // image k of saved[k] at k * bytes_per_slot (for a backend whose memory
+  // dies with the process, so its checkpoints are written out at shutdown).
+  // Each image is checked against its checksum; `saved` keeps only those
+  // that match (their images packed in order).
+  // Errors: FAILED_PRECONDITION without state memory; the device's.
+  absl::StatusOr<std::unique_ptr<HostStaging>> ReadCheckpointImages(
+      std::vector<SavedCheckpoint>& saved);
+  // The tier's image memory (entry e at e * bytes_per_slot), or null while
+  // the tier is off.
+  const HostStaging* host_tier_memory() const { return tier_memory_.get(); }
+
+  // A checkpoint to bring back: its saved record and its image (the slot's
+  // bytes_per_slot bytes, laid out as SlotImage says), which must stay
+  // readable for the call.
+  struct RestoreImage {
+    SavedCheckpoint saved;
+    const char* bytes = nullptr;
+  };
+  struct RestoreCounts {
+    int64_t device = 0;        // filed as device checkpoints
+    int64_t tier = 0;          // filed in the host tier
+    int64_t bad_checksum = 0;  // bytes that do not match: dropped
+    int64_t no_room = 0;       // beyond the pool's or the tier's room
+    int64_t duplicate = 0;     // a hash already brought back
+    friend bool operator==(const RestoreCounts&,
+                           const RestoreCounts&) = default;
+  };
+  // Files `device` (in order: the last ones kept when they are more than
+  // the slots) as free checkpoints in slots 0.., their marks and LRU order
+  // as saved, their images copied in one batch; then `tier` (in order, the
+  // last ones kept when the tier is smaller) into the host tier, when on.
+  // Every image is checked against its checksum before anything is filed;
+  // one that does not match is dropped and counted, never indexed.
+  // Checksums are enabled by the call.
+  // REQUIRES: state memory; nothing held or filed yet (a fresh SlotMemory).
+  // Errors: FAILED_PRECONDITION the REQUIRES; INVALID_ARGUMENT a negative
+  //   hash or a null image; the device's (nothing is filed then).
+  absl::StatusOr<RestoreCounts> Restore(absl::Span<const RestoreImage> device,
+                                        absl::Span<const RestoreImage> tier);
+
   // ------------------------------------------------------------ pins
 
   // One clock's share of the pin clock, in the order the caller gives:
@@ -387,6 +470,18 @@ class SlotMemory {
   absl::StatusOr<uint64_t> RunImageCopy(absl::Span<const SlotImage> images,
                                         CopyReason reason);
 
+  // Checksums each image at images_[k] of staging `memory` into out[k].
+  void ChecksumImages(const HostStaging& memory,
+                      absl::Span<const SlotImage> images,
+                      absl::Span<uint64_t> out) const;
+  // The checksum of the tier image of `entry` as it is now.
+  uint64_t TierChecksum(int64_t entry) const;
+  // Whether the tier image of `entry` matches its checksum (true while
+  // checksums are off).
+  bool TierImageIntact(int64_t entry) const;
+  // Checksums the checkpoints filed under `hashes` now (one batched read).
+  absl::Status SealHashes(absl::Span<const int64_t> hashes);
+
   SlotPool pool_;
   std::shared_ptr<Device> device_;
   std::vector<Owner> owners_;
@@ -403,6 +498,13 @@ class SlotMemory {
   std::vector<SlotImage> images_;
   std::vector<int64_t> image_hashes_;
   std::vector<CopyObserver*> copy_observers_;
+  // Warm restart: whether checksums are taken; each device checkpoint's,
+  // by hash (its bytes follow it through a shrink's move); each tier
+  // entry's; and staging memory the checksum reads reuse.
+  bool checksums_on_ = false;
+  absl::flat_hash_map<int64_t, uint64_t> checksums_;
+  std::vector<uint64_t> tier_checksums_;
+  std::unique_ptr<HostStaging> seal_staging_;
   // ShrinkStep's batch (reused).
   std::vector<std::pair<int64_t, int64_t>> batch_;
   // The destinations of the batch's pairs that moved a checkpoint.

@@ -499,6 +499,7 @@ std::vector<std::pair<int64_t, int64_t>> SlotPool::TakeRelocations() {
 
 void SlotPool::Index(int64_t hash, int64_t slot) {
   if (!enabled_) return;
+  if (log_indexed_) indexed_.push_back(hash);
   InvalidateUnchecked(slot);
   const int64_t prev = hash_to_slot_.InsertOrAssign(hash, slot);
   SetHash(slot, hash);

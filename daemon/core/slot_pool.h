@@ -370,6 +370,32 @@ class SlotPool {
   const std::vector<Spent>& spent() const { return spent_; }
   void ClearSpent() { spent_.clear(); }
 
+  // While on, each hash filed under a slot (a fork checkpoint, a publish)
+  // is appended to indexed(), until ClearIndexed: so the caller can
+  // checksum each checkpoint's bytes when it is published (a shrink moving
+  // a checkpoint moves its bytes with it). Decisions are unchanged.
+  void LogIndexed(bool on) { log_indexed_ = on; }
+  const std::vector<int64_t>& indexed() const { return indexed_; }
+  void ClearIndexed() { indexed_.clear(); }
+
+  // --------------------------- warm restart ------------------------------ //
+
+  // The checkpoints a restarted daemon could bring back: the free ones in
+  // LRU order (head first), then the pinned ones in slot order (their
+  // forward was about to read them; with no request left they would be
+  // released, and so are appended as releases would). `speculative` is the
+  // slot's mark. Live slots are left out, whatever hash they carry: their
+  // owner writes them. O(checkpoints + pinned).
+  std::vector<Spent> SavableCheckpoints() const;
+  // Files `hash` under the vacant `slot` as a free checkpoint at the LRU
+  // tail (speculative: marked so, still at the tail, so a sequence of
+  // restores rebuilds a saved LRU order exactly). Counts no fate.
+  // REQUIRES: enabled(); slot in range, free and carrying no hash; hash in
+  //   [0, 2^63) and not filed.
+  // Errors: FAILED_PRECONDITION / INVALID_ARGUMENT naming the violation
+  //   (nothing changes).
+  absl::Status RestoreCheckpoint(int64_t slot, int64_t hash, bool speculative);
+
   // ------------------------------ debugging ------------------------------ //
 
   PoolSnapshot Dump() const;
@@ -477,6 +503,8 @@ class SlotPool {
   std::vector<std::pair<int64_t, int64_t>> relocations_;
   bool log_spent_ = false;
   std::vector<Spent> spent_;
+  bool log_indexed_ = false;
+  std::vector<int64_t> indexed_;
   CheckpointFates fates_;
   // Scratch for SeenBefore (mutable: used by const validation).
   mutable std::vector<uint32_t> scratch_;

@@ -30,6 +30,7 @@ absl::StatusOr<std::unique_ptr<Device>> CreateDevice(
     host.max_slots = options.max_slots;
     host.epoch = options.epoch;
     host.prefix = options.shm_prefix;
+    host.retain = options.retain_region;
     host.mode = options.shm_mode;
     host.copier.num_threads = options.copy_threads;
     if (options.copy_threads < 1) {

@@ -156,6 +156,8 @@ struct DeviceOptions {
   // Host backend.
   std::string shm_prefix = "statecache";
   mode_t shm_mode = 0600;
+  // Keep the region after the daemon (HostDeviceOptions::retain).
+  bool retain_region = false;
   int copy_threads = 4;
   // GPU backends.
   int device = 0;

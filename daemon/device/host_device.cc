@@ -127,7 +127,9 @@ absl::StatusOr<std::unique_ptr<HostDevice>> HostDevice::Create(
   device->max_slots_ = o.max_slots != 0 ? o.max_slots
                        : slot_major     ? kMaxLayoutSlots
                                         : o.num_slots;
-  device->name_ = FormatShmName(o.prefix, o.epoch, CurrentShmOwner());
+  device->name_ =
+      o.retain ? FormatRetainedShmName(o.prefix, o.epoch, CurrentShmOwner())
+               : FormatShmName(o.prefix, o.epoch, CurrentShmOwner());
   device->fd_ = shm_open(device->name_.c_str(),
                          O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, o.mode);
   if (device->fd_ < 0) {
@@ -159,6 +161,7 @@ absl::StatusOr<std::unique_ptr<HostDevice>> HostDevice::Create(
   }
   RETURN_IF_ERROR(device->Grow(o.num_slots));
   device->copier_ = std::make_unique<HostCopier>(o.copier);
+  device->unlink_on_destroy_ = !o.retain;
   return device;
 }
 
@@ -166,7 +169,7 @@ HostDevice::~HostDevice() {
   if (base_ != nullptr) munmap(base_, mapped_bytes_);
   if (fd_ >= 0) {
     close(fd_);
-    shm_unlink(name_.c_str());
+    if (unlink_on_destroy_) shm_unlink(name_.c_str());
   }
 }
 

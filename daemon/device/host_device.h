@@ -4,7 +4,10 @@
 //   Name: FormatShmName(prefix, epoch, this process) (shm_name.h), created
 //     exclusively with `mode` (0600 by default; fchmod'ed so the umask does
 //     not narrow it). Unlinked when the HostDevice is destroyed; after a
-//     crash, the next daemon's CleanupStale() removes it.
+//     crash, the next daemon's CleanupStale() removes it. A retained region
+//     (options.retain) is named FormatRetainedShmName and outlives the
+//     HostDevice and the process: the daemon that restores from it removes
+//     it (daemon/device/retained_region.h).
 //   Memory: the pages of the slots in use are allocated when they join the
 //     region (fallocate at Create and Grow), so running out of /dev/shm is
 //     an error from Create or Resize, never a SIGBUS at first touch in the
@@ -52,6 +55,10 @@ struct HostDeviceOptions {
   uint64_t epoch = 0;
   std::string prefix = "statecache";  // see ValidShmPrefix
   mode_t mode = 0600;
+  // Keep the object when the HostDevice goes (a warm restart's successor
+  // reads its checkpoints out of it): named FormatRetainedShmName, not
+  // unlinked by the destructor once Create succeeded.
+  bool retain = false;
   HostCopierOptions copier;
 };
 
@@ -107,6 +114,7 @@ class HostDevice : public Device {
   char* base_ = nullptr;
   uint64_t mapped_bytes_ = 0;  // length of the daemon's mapping
   uint64_t file_bytes_ = 0;    // size of the object (high-water mark)
+  bool unlink_on_destroy_ = true;
   int64_t num_slots_ = 0;
   absl::Mutex copy_mu_;  // one table at a time on the copier
   std::unique_ptr<HostCopier> copier_;

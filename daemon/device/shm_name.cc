@@ -92,6 +92,24 @@ std::string FormatShmName(std::string_view prefix, uint64_t epoch,
                       owner.start_time);
 }
 
+namespace {
+constexpr std::string_view kRetainedSuffix = "-kept";
+}  // namespace
+
+std::string FormatRetainedShmName(std::string_view prefix, uint64_t epoch,
+                                  const ShmOwner& owner) {
+  return absl::StrCat(FormatShmName(prefix, epoch, owner), Av(kRetainedSuffix));
+}
+
+bool IsRetainedShmName(std::string_view name, std::string_view prefix) {
+  if (name.size() <= kRetainedSuffix.size() ||
+      name.substr(name.size() - kRetainedSuffix.size()) != kRetainedSuffix) {
+    return false;
+  }
+  name.remove_suffix(kRetainedSuffix.size());
+  return ValidShmPrefix(prefix) && ParseShmName(name, prefix).has_value();
+}
+
 std::optional<ShmName> ParseShmName(std::string_view name,
                                     std::string_view prefix) {
   if (!name.empty() && name.front() == '/') name.remove_prefix(1);

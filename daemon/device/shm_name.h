@@ -51,6 +51,16 @@ bool ValidShmPrefix(std::string_view prefix);
 std::string FormatShmName(std::string_view prefix, uint64_t epoch,
                           const ShmOwner& owner);
 
+// The name of a region kept for a warm restart (HostDeviceOptions::retain):
+// FormatShmName's with "-kept" appended, which ParseShmName does not accept,
+// so no daemon's stale-object cleanup removes it after its owner dies; the
+// daemon that restores from it removes it.
+std::string FormatRetainedShmName(std::string_view prefix, uint64_t epoch,
+                                  const ShmOwner& owner);
+// True if `name` (with or without the leading '/') is exactly
+// FormatRetainedShmName(prefix, ...) for some epoch and owner.
+bool IsRetainedShmName(std::string_view name, std::string_view prefix);
+
 // Parses a name with or without the leading '/'; nullopt unless it is
 // exactly FormatShmName(prefix, ...) for some epoch and owner.
 std::optional<ShmName> ParseShmName(std::string_view name,

@@ -103,7 +103,9 @@ StateCache::StateCache(StateCacheOptions options, SlotMemory memory)
       epoch_(options_.epoch ? options_.epoch : NewEpoch(clock_->Now())),
       start_time_(clock_->Now()),
       memory_(std::move(memory)),
-      scratch_(NewOperationScratch()) {}
+      scratch_(NewOperationScratch()) {
+  warm_restart_.set_outcome("off");
+}
 
 StateCache::~StateCache() {
   std::function<void()> done;
@@ -440,6 +442,11 @@ void StateCache::RunOperations(Session& session, const v1::StepRequest& request,
   // pops spent leave for the host tier first.
   if (absl::Status st = memory_.FlushDemotions(); !st.ok()) {
     LOG_ERROR("host tier: %s (those checkpoints are dropped)", st.ToString());
+  }
+  // The pass's new checkpoints are vouched for before the engine can touch
+  // anything again.
+  if (absl::Status st = memory_.SealCheckpoints(); !st.ok()) {
+    LOG_ERROR("%s (those checkpoints will not be saved)", st.ToString());
   }
 }
 

@@ -24,6 +24,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -227,6 +228,47 @@ class StateCache {
                      const Peer& peer = Peer::InProcess())
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  // ----------------------------------------------------------- warm restart
+  //
+  // The pieces the state directory (state_keeper.h) saves and restores
+  // through; the files are its business.
+
+  // What the checkpoints are valid under: the identity clients attach
+  // with, the transfer, the backend and the state layout's fingerprint.
+  std::string StateFingerprint() const;
+  // The state memory's backend ("host", "hip", "cuda"), or "none".
+  std::string_view backend() const;
+  // Checksums each checkpoint from now on (SlotMemory::EnableChecksums).
+  // Errors: FAILED_PRECONDITION without state memory.
+  absl::Status EnableChecksums() ABSL_LOCKS_EXCLUDED(mu_);
+  // The checkpoints as they are now (sealed first), and the region their
+  // bytes are in.
+  struct Checkpoints {
+    SlotMemory::Saved saved;
+    RegionExport region;
+  };
+  absl::StatusOr<Checkpoints> SaveCheckpoints() ABSL_LOCKS_EXCLUDED(mu_);
+  // Shutdown, for a backend whose memory dies with the process: the images
+  // of `device` (SlotMemory::ReadCheckpointImages; `device` keeps the
+  // ones that still match their checksums).
+  absl::StatusOr<std::unique_ptr<HostStaging>> ReadCheckpointImages(
+      std::vector<SlotMemory::SavedCheckpoint>& device)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Shutdown: the images of the tier entries `tier` names (image k of
+  // tier[k]), each checked against its checksum; `tier` keeps the ones that
+  // match, their locations renumbered 0, 1, ....
+  std::string CopyTierImages(std::vector<SlotMemory::SavedCheckpoint>& tier)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Brings checkpoints back (SlotMemory::Restore).
+  // REQUIRES: nothing attached or held yet (before serving).
+  absl::StatusOr<SlotMemory::RestoreCounts> RestoreCheckpoints(
+      absl::Span<const SlotMemory::RestoreImage> device,
+      absl::Span<const SlotMemory::RestoreImage> tier) ABSL_LOCKS_EXCLUDED(mu_);
+  // How the start went and the state directory since, for GetStats (the
+  // keeper reports; the cache only carries it).
+  void SetWarmRestartStats(const v1::WarmRestartStats& stats)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
   // For tests: the pool's observable state and invariants.
   PoolSnapshot DumpPool() const ABSL_LOCKS_EXCLUDED(mu_);
   // For tests and fuzzers: every structure a refused call must leave as it
@@ -297,6 +339,7 @@ class StateCache {
   std::vector<Fenced> fenced_ ABSL_GUARDED_BY(mu_);
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   ServiceCounters counters_ ABSL_GUARDED_BY(mu_);
+  v1::WarmRestartStats warm_restart_ ABSL_GUARDED_BY(mu_);
   uint64_t next_request_seqno_ ABSL_GUARDED_BY(mu_) = 0;
   // Reused by every Step: the current Step's samples, the packed form's
   // messages, room to sort pins.

@@ -54,6 +54,7 @@ void StateCache::GetStats(v1::GetStatsResponse* response) {
   response->set_host_tier_evictions(tier.counts.evictions);
   response->set_host_tier_demotions_failed(tier.demotions_failed);
   response->set_host_tier_promotions_failed(tier.promotions_failed);
+  *response->mutable_warm_restart() = warm_restart_;
   response->set_max_slots(options_.max_slots);
   if (const Device* device = memory_.device(); device != nullptr) {
     response->set_state_bytes(device->CommittedBytes());

@@ -74,7 +74,7 @@ from ._step import (AdmitResult, AdoptForkSourceResult, BeginPassResult,
                     SlotMove, SnapshotResult, StepBuilder, UnindexResult)
 from ._client import (Admin, Client, DrainResult, Identity, ResizeResult,
                       Session, SessionInfo, Stats, StepStream, TransferConfig,
-                      default_address)
+                      WarmRestart, default_address)
 
 __version__ = "0.1.0"
 
@@ -89,8 +89,8 @@ __all__ = [
     "connect", "default_address", "Client", "Session", "StepStream",
     "StepBuilder", "Admin",
     # plain values
-    "Identity", "TransferConfig", "Stats", "SessionInfo", "ResizeResult",
-    "DrainResult", "MidstepPosition",
+    "Identity", "TransferConfig", "Stats", "WarmRestart", "SessionInfo",
+    "ResizeResult", "DrainResult", "MidstepPosition",
     # step results
     "BeginPassResult", "SlotMove", "AdmitResult", "ResumableHitResult",
     "LookupResult", "ReserveResult", "Reservation", "PublishResult",

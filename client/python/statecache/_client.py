@@ -83,6 +83,26 @@ class TransferConfig:
 
 
 @dataclass(slots=True)
+class WarmRestart:
+    """How the daemon's start went with --state_dir, and what it saved
+    since (WarmRestartStats): outcome "off", "cold", "restored",
+    "mismatch" or "unreadable" (with `reason`)."""
+
+    outcome: str = ""
+    reason: str = ""
+    restored_checkpoints: int = 0
+    restored_tier_entries: int = 0
+    dropped_bad_checksum: int = 0
+    dropped_no_room: int = 0
+    restore_seconds: float = 0.0
+    saves: int = 0
+    save_failures: int = 0
+    saved_checkpoints: int = 0
+    last_save_unix_seconds: float = 0.0
+    dropped_unreadable: int = 0
+
+
+@dataclass(slots=True)
 class Stats:
     """GetStatsResponse, field for field (see statecache.proto)."""
 
@@ -123,6 +143,7 @@ class Stats:
     resumes_tier: int = 0
     host_tier_demotions_failed: int = 0
     host_tier_promotions_failed: int = 0
+    warm_restart: WarmRestart = field(default_factory=WarmRestart)
 
 
 @dataclass(slots=True)
@@ -160,15 +181,18 @@ class DrainResult:
     requests: int = 0
 
 
+# The message-valued fields _plain converts, by name.
+_NESTED = {"transfer": TransferConfig, "identity": Identity,
+           "warm_restart": WarmRestart}
+
+
 def _plain(cls, message):
     """A dataclass of plain values from the message of the same fields."""
     values = {}
     for f in fields(cls):
         value = getattr(message, f.name)
-        if f.name == "transfer":
-            value = _plain(TransferConfig, value)
-        elif f.name == "identity":
-            value = _plain(Identity, value)
+        if f.name in _NESTED:
+            value = _plain(_NESTED[f.name], value)
         values[f.name] = value
     return cls(**values)
 

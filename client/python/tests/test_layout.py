@@ -234,6 +234,7 @@ def test_names_mirror_the_proto():
                          (statecache.Reservation, pb.Reservation),
                          (statecache.MidstepPosition, pb.MidstepPosition),
                          (statecache.Stats, pb.GetStatsResponse),
+                         (statecache.WarmRestart, pb.WarmRestartStats),
                          (statecache.SessionInfo, pb.SessionInfo),
                          (statecache.Identity, pb.Identity),
                          (statecache.TransferConfig, pb.TransferConfig),

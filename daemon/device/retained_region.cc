@@ -1,0 +1,123 @@
+#include "daemon/device/retained_region.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/common/status_macros.h"
+#include "daemon/common/string_view_compat.h"
+#include "daemon/device/copy_plan.h"
+#include "daemon/device/shm_name.h"
+
+namespace statecache {
+namespace {
+
+absl::Status OsError(std::string_view what, const std::string& handle,
+                     int err) {
+  const std::string message =
+      absl::StrCat(Av(what), "(", handle, "): ", std::strerror(err));
+  if (err == ENOENT) return absl::NotFoundError(message);
+  return absl::InternalError(message);
+}
+
+}  // namespace
+
+absl::StatusOr<RetainedRegion> RetainedRegion::Open(std::string_view handle,
+                                                    std::string_view prefix,
+                                                    uint64_t region_bytes) {
+  if (!IsRetainedShmName(handle, prefix) || handle.front() != '/') {
+    return absl::InvalidArgumentError(
+        absl::StrCat("\"", Av(handle), "\" is not a retained region of prefix ",
+                     Av(prefix)));
+  }
+  RetainedRegion region;
+  region.handle_ = std::string(handle);
+  region.fd_ = shm_open(region.handle_.c_str(), O_RDONLY | O_CLOEXEC, 0);
+  if (region.fd_ < 0) return OsError("shm_open", region.handle_, errno);
+  if (flock(region.fd_, LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EWOULDBLOCK) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          region.handle_, " is held by a live daemon: not restoring from it"));
+    }
+    return OsError("flock", region.handle_, errno);
+  }
+  struct stat st;
+  if (fstat(region.fd_, &st) != 0) {
+    return OsError("fstat", region.handle_, errno);
+  }
+  region.size_ = static_cast<uint64_t>(st.st_size);
+  if (region.size_ < region_bytes) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(region.handle_, " holds ", region.size_,
+                     " bytes, fewer than the ", region_bytes, " it held"));
+  }
+  if (region.size_ > 0) {
+    void* base =
+        mmap(nullptr, region.size_, PROT_READ, MAP_SHARED, region.fd_, 0);
+    if (base == MAP_FAILED) return OsError("mmap", region.handle_, errno);
+    region.base_ = static_cast<const char*>(base);
+  }
+  return region;
+}
+
+RetainedRegion::RetainedRegion(RetainedRegion&& other) noexcept
+    : handle_(std::move(other.handle_)),
+      fd_(std::exchange(other.fd_, -1)),
+      base_(std::exchange(other.base_, nullptr)),
+      size_(std::exchange(other.size_, 0)) {}
+
+RetainedRegion& RetainedRegion::operator=(RetainedRegion&& other) noexcept {
+  if (this != &other) {
+    this->~RetainedRegion();
+    new (this) RetainedRegion(std::move(other));
+  }
+  return *this;
+}
+
+RetainedRegion::~RetainedRegion() {
+  if (base_ != nullptr) munmap(const_cast<char*>(base_), size_);
+  if (fd_ >= 0) close(fd_);
+}
+
+absl::Status RetainedRegion::ReadImages(const StateLayout& layout,
+                                        int64_t capacity,
+                                        absl::Span<const int64_t> slots,
+                                        absl::Span<char> out) const {
+  const uint64_t image_bytes = layout.bytes_per_slot();
+  std::vector<SlotImage> images;
+  images.reserve(slots.size());
+  for (int64_t slot : slots) {
+    images.push_back(SlotImage{slot, images.size() * image_bytes});
+  }
+  ASSIGN_OR_RETURN(CopyTable table,
+                   BuildImageCopyTable(layout, capacity, capacity, out.size(),
+                                       images, /*to_region=*/false));
+  for (const CopyDescriptor& d : table.descriptors) {
+    if (d.src_offset > size_ || d.bytes > size_ - d.src_offset) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(handle_, ": a piece at ", d.src_offset, " (", d.bytes,
+                       " bytes) lies outside its ", size_, " bytes"));
+    }
+  }
+  for (const CopyDescriptor& d : table.descriptors) {
+    std::memcpy(out.data() + d.dst_offset, base_ + d.src_offset, d.bytes);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RetainedRegion::Remove() {
+  if (shm_unlink(handle_.c_str()) != 0 && errno != ENOENT) {
+    return OsError("shm_unlink", handle_, errno);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace statecache
