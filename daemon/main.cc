@@ -564,6 +564,10 @@ int Serve() {
     keeper = std::make_unique<StateKeeper>(std::move(state_dir), cache->get(),
                                            DeviceOptions{}.shm_prefix);
     keeper->Restore();
+    // The region is worth keeping now: the index names it.
+    if (auto* host = dynamic_cast<HostDevice*>(device.get())) {
+      host->KeepOnExit();
+    }
   }
   SessionEventLog events;
   (*cache)->AddObserver(&events);

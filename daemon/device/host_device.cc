@@ -161,7 +161,6 @@ absl::StatusOr<std::unique_ptr<HostDevice>> HostDevice::Create(
   }
   RETURN_IF_ERROR(device->Grow(o.num_slots));
   device->copier_ = std::make_unique<HostCopier>(o.copier);
-  device->unlink_on_destroy_ = !o.retain;
   return device;
 }
 

@@ -55,9 +55,9 @@ struct HostDeviceOptions {
   uint64_t epoch = 0;
   std::string prefix = "statecache";  // see ValidShmPrefix
   mode_t mode = 0600;
-  // Keep the object when the HostDevice goes (a warm restart's successor
-  // reads its checkpoints out of it): named FormatRetainedShmName, not
-  // unlinked by the destructor once Create succeeded.
+  // Name the object for a warm restart (FormatRetainedShmName), so that
+  // once KeepOnExit was called it outlives the HostDevice (a crash keeps it
+  // either way) and the daemon's successor reads its checkpoints out of it.
   bool retain = false;
   HostCopierOptions copier;
 };
@@ -94,6 +94,11 @@ class HostDevice : public Device {
 
   // The object's name (with the leading '/').
   const std::string& shm_name() const { return name_; }
+  // From now on the destructor leaves the object (see options.retain), so
+  // a daemon that stops after serving keeps it, and one that fails to start
+  // does not leak it.
+  // REQUIRES: options.retain.
+  void KeepOnExit() { unlink_on_destroy_ = false; }
   // The daemon's own mapping of the region (valid until the next Resize).
   char* base() const { return base_; }
 

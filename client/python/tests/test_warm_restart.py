@@ -1,0 +1,255 @@
+"""Warm restart (--state_dir) against the real daemon process: checkpoints
+published with known bytes (written through the mapped region) survive a
+SIGKILL and a SIGTERM, and a new session's resumes return exactly those
+bytes; a corrupted byte, a truncated index and a changed model each give
+the documented outcome, with nothing wrong served."""
+
+import glob
+import os
+import re
+import time
+
+import pytest
+
+import statecache
+
+from conftest import BLOCK, MODEL_ID, SMALL_LAYOUT, attach
+from test_host_tier import ok, prompt_hashes, publish
+from test_memory import holds
+
+POOL = 8
+SAVE_INTERVAL = "--state_save_interval=5ms"
+
+
+@pytest.fixture
+def state_dir(tmp_path):
+    """A state directory; every region a daemon kept for it (named in the
+    daemons' logs) is removed at the end, as an operator would."""
+    path = str(tmp_path / "state")
+    yield path
+    for log in glob.glob("/tmp/statecache-test-*/statecached.log"):
+        try:
+            text = open(log, errors="replace").read()
+        except OSError:
+            continue
+        if path not in text:
+            continue
+        for handle in set(re.findall(r"handle=/(\S+-kept)", text)):
+            try:
+                os.unlink("/dev/shm/" + handle)
+            except FileNotFoundError:
+                pass
+
+
+def start(start_daemon, state_dir, *flags, layout=SMALL_LAYOUT,
+          num_slots=POOL):
+    return start_daemon("--state_dir=" + state_dir, SAVE_INTERVAL, *flags,
+                        layout=layout, num_slots=num_slots)
+
+
+def warm(client):
+    return client.admin.stats().warm_restart
+
+
+def wait_saved(client, count, timeout=10.0):
+    """Until the index on disk holds `count` checkpoints (GetStats says
+    what the last write held; polled, not slept on)."""
+    deadline = time.monotonic() + timeout
+    while warm(client).saved_checkpoints != count:
+        assert time.monotonic() < deadline, warm(client)
+
+
+def resume(session, p):
+    """Admits prompt p with its whole prefix hit; returns the slot the
+    resume reads its state from (None for a miss), the request left
+    holding it."""
+    admit, = ok(session.step().admit(
+        "r%d" % p, width=1, num_tokens=2 * BLOCK + 10, anchor_pos=2 * BLOCK,
+        block_hashes=prompt_hashes(p), kv_hit_blocks=2).send())
+    if admit.blocks_resumed != 2:
+        return None
+    return admit.slots[0] if admit.adopted else admit.fork_src
+
+
+def resume_checked(session, prompts):
+    """Resumes each prompt in turn, checking each hit's bytes, releasing it
+    as the engine would; returns the prompts that missed."""
+    missed = []
+    for p in prompts:
+        slot = resume(session, p)
+        if slot is None:
+            missed.append(p)
+        else:
+            assert holds(session.memory, slot, seed=p), p
+        ok(session.step().release("r%d" % p).begin_pass().begin_pass()
+           .send())
+    return missed
+
+
+def test_sigkill_keeps_the_checkpoints_and_their_bytes(start_daemon,
+                                                       state_dir):
+    daemon = start(start_daemon, state_dir)
+    with statecache.Client.connect(daemon.address) as client, \
+            attach(client) as session:
+        assert warm(client).outcome == "cold"
+        for p in range(4):
+            publish(session, p)
+        wait_saved(client, 4)
+        epoch = client.admin.stats().epoch
+        daemon.kill()
+    daemon.start()
+    with statecache.Client.connect(daemon.address) as client, \
+            attach(client) as session:
+        stats = client.admin.stats()
+        assert stats.epoch != epoch  # its requests are gone...
+        assert stats.requests == 0
+        w = stats.warm_restart
+        assert (w.outcome, w.restored_checkpoints, w.dropped_bad_checksum) \
+            == ("restored", 4, 0), w
+        assert stats.indexed_hashes == 4  # ...its checkpoints are not
+        assert resume_checked(session, range(4)) == []
+
+
+def test_sigterm_saves_the_tier_and_a_working_set_twice_the_pool_comes_back(
+        start_daemon, state_dir):
+    prompts = 2 * POOL
+    tier = "--host_tier_bytes=%d" % (2 * prompts * 17920)
+    daemon = start(start_daemon, state_dir, tier)
+    with statecache.Client.connect(daemon.address) as client, \
+            attach(client) as session:
+        assert session.memory.bytes_per_slot == 17920
+        for p in range(prompts):
+            publish(session, p)
+        held = client.admin.stats()
+        assert held.host_tier_entries >= prompts - POOL
+    assert daemon.stop() == 0  # SIGTERM: the tier's images go to the dir
+    assert glob.glob(os.path.join(state_dir, "tier-*.images"))
+    daemon.start()
+    with statecache.Client.connect(daemon.address) as client, \
+            attach(client) as session:
+        w = warm(client)
+        assert w.outcome == "restored", w
+        assert w.restored_checkpoints + w.restored_tier_entries >= prompts
+        assert w.restored_tier_entries >= prompts - POOL
+        assert w.dropped_bad_checksum == 0
+        assert resume_checked(session, range(prompts)) == []
+        assert client.admin.stats().resumes_tier >= prompts - POOL
+
+
+def test_a_corrupted_byte_drops_that_checkpoint_only(start_daemon,
+                                                     state_dir):
+    daemon = start(start_daemon, state_dir)
+    with statecache.Client.connect(daemon.address) as client, \
+            attach(client) as session:
+        for p in range(4):
+            publish(session, p)
+        wait_saved(client, 4)
+        looked, = ok(session.step().lookup(prompt_hashes(0)[1]).send())
+        victim = looked.slot
+        daemon.kill()
+        # At rest, after the crash: one byte of prompt 0's checkpoint,
+        # through this process's mapping of the region the daemon left.
+        view = session.memory.tensor("ssm", 2)
+        view[victim].view("uint8").flat[7] ^= 0x40
+    daemon.start()
+    with statecache.Client.connect(daemon.address) as client, \
+            attach(client) as session:
+        w = warm(client)
+        assert (w.outcome, w.restored_checkpoints, w.dropped_bad_checksum) \
+            == ("restored", 3, 1), w
+        looked, = ok(session.step().lookup(prompt_hashes(0)[1]).send())
+        assert looked.slot == -1
+        assert resume_checked(session, range(4)) == [0]
+
+
+def test_a_corrupted_tier_image_is_dropped(start_daemon, state_dir):
+    tier = "--host_tier_bytes=%d" % (8 * 17920)
+    daemon = start(start_daemon, state_dir, tier, num_slots=4)
+    with statecache.Client.connect(daemon.address) as client, \
+            attach(client) as session:
+        for p in range(8):
+            publish(session, p)
+        entries = client.admin.stats().host_tier_entries
+        assert entries >= 4
+    daemon.stop()
+    images, = glob.glob(os.path.join(state_dir, "tier-*.images"))
+    with open(images, "r+b") as f:  # the first image, byte 100
+        f.seek(100)
+        b = f.read(1)
+        f.seek(100)
+        f.write(bytes([b[0] ^ 1]))
+    daemon.start()
+    with statecache.Client.connect(daemon.address) as client, \
+            attach(client) as session:
+        w = warm(client)
+        assert w.outcome == "restored"
+        assert w.dropped_bad_checksum == 1
+        assert w.restored_tier_entries == entries - 1
+        missed = resume_checked(session, range(8))
+        assert len(missed) == 1, missed
+
+
+def test_a_truncated_index_is_an_empty_start(start_daemon, state_dir):
+    daemon = start(start_daemon, state_dir)
+    with statecache.Client.connect(daemon.address) as client, \
+            attach(client) as session:
+        for p in range(3):
+            publish(session, p)
+    daemon.stop()
+    index = os.path.join(state_dir, "index")
+    size = os.path.getsize(index)
+    os.truncate(index, size // 2)
+    daemon.start()
+    with statecache.Client.connect(daemon.address) as client, \
+            attach(client) as session:
+        w = warm(client)
+        assert w.outcome == "unreadable", w
+        assert "state index" in w.reason
+        assert client.admin.stats().indexed_hashes == 0
+        assert resume_checked(session, range(3)) == [0, 1, 2]
+        assert w.saves >= 1  # a fresh index replaced the torn one
+    assert "starting empty" in daemon.log()
+    assert os.path.getsize(index) > 0
+
+
+@pytest.mark.parametrize("change", ["model", "model_id"])
+def test_a_changed_model_is_an_empty_start(start_daemon, state_dir, change):
+    if change == "model":
+        first = ["--model=jamba-v0.1"]
+        second = ["--model=nemotron-h-8b"]
+        layout = None
+    else:
+        first = []
+        second = ["--model_id=another/model"]
+        layout = SMALL_LAYOUT
+    daemon = start(start_daemon, state_dir, *first, layout=layout,
+                   num_slots=4)
+    with statecache.Client.connect(daemon.address) as client, \
+            attach(client) as session:
+        publish(session, 0)
+        wait_saved(client, 1)
+    daemon.stop()
+    flags = [f for f in daemon.flags if not f.startswith(
+        ("--model=", "--model_id="))]
+    if change == "model_id":
+        flags = second + flags
+    else:
+        flags = ["--model_id=" + MODEL_ID] + second + flags
+    daemon.restart(flags)
+    with statecache.Client.connect(daemon.address) as client:
+        w = warm(client)
+        assert w.outcome == "mismatch", w
+        assert "the index was made under" in w.reason
+        assert client.admin.stats().indexed_hashes == 0
+    assert os.path.exists(os.path.join(state_dir, "index.rejected"))
+
+
+def test_two_daemons_cannot_share_a_state_dir(start_daemon, state_dir):
+    start(start_daemon, state_dir)
+    with pytest.raises(RuntimeError, match="in use by another daemon"):
+        start(start_daemon, state_dir)
+
+
+def test_a_state_dir_needs_state_memory(start_daemon, state_dir):
+    with pytest.raises(RuntimeError, match="--state_dir needs state memory"):
+        start_daemon("--state_dir=" + state_dir)
