@@ -566,7 +566,7 @@ int Serve() {
     keeper->Restore();
     // The region is worth keeping now: the index names it.
     if (auto* host = dynamic_cast<HostDevice*>(device.get())) {
-      host->KeepOnExit();
+      host->KeepOnExit(true);
     }
   }
   SessionEventLog events;
@@ -637,6 +637,8 @@ int Serve() {
           "state dir: saving at shutdown failed: %s (the next start "
           "has what was saved before)",
           st.ToString());
+    } else if (auto* host = dynamic_cast<HostDevice*>(device.get())) {
+      host->KeepOnExit(false);  // the images file holds its checkpoints
     }
     keeper.reset();
   }

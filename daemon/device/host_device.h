@@ -94,11 +94,12 @@ class HostDevice : public Device {
 
   // The object's name (with the leading '/').
   const std::string& shm_name() const { return name_; }
-  // From now on the destructor leaves the object (see options.retain), so
-  // a daemon that stops after serving keeps it, and one that fails to start
-  // does not leak it.
-  // REQUIRES: options.retain.
-  void KeepOnExit() { unlink_on_destroy_ = false; }
+  // Whether the destructor leaves the object (see options.retain): a
+  // daemon keeps it once its state directory names it, and lets it go once
+  // a shutdown saved its checkpoints elsewhere, so that neither a daemon
+  // that fails to start nor one that stops cleanly leaks it.
+  // REQUIRES: options.retain when keep.
+  void KeepOnExit(bool keep) { unlink_on_destroy_ = !keep; }
   // The daemon's own mapping of the region (valid until the next Resize).
   char* base() const { return base_; }
 

@@ -184,12 +184,21 @@ absl::Status StateKeeper::RestoreFrom(const SavedState& saved) {
   stats_.set_restored_tier_entries(counts.tier);
   stats_.set_dropped_bad_checksum(counts.bad_checksum);
   stats_.set_dropped_no_room(counts.no_room);
-  if (region.has_value()) {
-    // Its checkpoints are in this daemon's region now: the index written
-    // next names that one, so the old can go.
+  if (region_outlives_) {
+    // Its checkpoints are in this daemon's region now: once the index
+    // names that one, the old region and images file can go.
     RETURN_IF_ERROR(Save());
-    if (absl::Status st = region->Remove(); !st.ok()) {
-      LOG_WARNING("state dir: %s", st.ToString());
+    if (region.has_value()) {
+      if (absl::Status st = region->Remove(); !st.ok()) {
+        LOG_WARNING("state dir: %s", st.ToString());
+      }
+    }
+    if (!device_images_.empty()) {
+      if (absl::Status st = dir_->RemoveImages(device_images_); !st.ok()) {
+        LOG_WARNING("state dir: %s", st.ToString());
+      }
+      device_images_.clear();
+      device_carried_.clear();
     }
   }
   return absl::OkStatus();
@@ -201,7 +210,7 @@ absl::StatusOr<SavedState> StateKeeper::Compose() {
   state.fingerprint = cache_->StateFingerprint();
   state.epoch = cache_->epoch();
   state.bytes_per_slot = now.region.layout.bytes_per_slot();
-  if (region_outlives_) {
+  if (region_outlives_ && !stopped_) {
     state.region = SavedRegion{now.region.handle, now.region.capacity_slots,
                                now.region.num_slots, now.region.region_bytes};
     state.device = std::move(now.saved.device);
@@ -249,7 +258,7 @@ absl::Status StateKeeper::SaveForShutdown() {
   const uint64_t image_bytes = now.region.layout.bytes_per_slot();
   const std::string old_device = device_images_;
   const std::string old_tier = tier_images_;
-  if (!region_outlives_) {
+  {
     std::vector<SlotMemory::SavedCheckpoint> device = now.saved.device;
     ASSIGN_OR_RETURN(std::unique_ptr<HostStaging> images,
                      cache_->ReadCheckpointImages(device));
@@ -274,7 +283,11 @@ absl::Status StateKeeper::SaveForShutdown() {
     tier_images_ = name;
     tier_carried_ = std::move(tier);
   }
-  RETURN_IF_ERROR(Save());
+  stopped_ = true;
+  if (absl::Status st = Save(); !st.ok()) {
+    stopped_ = false;  // the last index written, naming the region, stands
+    return st;
+  }
   // The index no longer names the files the last shutdown wrote.
   for (const std::string& old : {old_device, old_tier}) {
     if (!old.empty() && old != device_images_ && old != tier_images_) {

@@ -11,12 +11,16 @@
 //     outlives the process (HostDeviceOptions::retain): a crash loses only
 //     what was published since the last save, and any checkpoint whose slot
 //     was reused since (its checksum no longer matches: dropped).
-//   * At shutdown (SaveForShutdown, after the last Step): the host tier's
-//     images, and on a backend whose memory dies with the process (the
-//     GPUs) the device checkpoints' images too, each into an images file,
-//     then the index naming them. Those files stay valid (their bytes never
-//     change) and are carried in every later index until the next shutdown
-//     replaces them, so a crash after a clean restart still has them.
+//   * At shutdown (SaveForShutdown, after the last Step): the device
+//     checkpoints' images and the host tier's, each into an images file,
+//     then the index naming them (not the region: on the host backend the
+//     daemon then removes its region, and what it held survives a reboot
+//     when the directory is on disk). On a backend whose memory dies with
+//     the process (the GPUs) those files are the only copy: they stay
+//     valid (their bytes never change) and are carried in every later
+//     index until the next shutdown replaces them, so a crash after a clean
+//     restart still has them. The host backend's next start copies the
+//     device images into its region and removes the file.
 //
 // At start (Restore), nothing is trusted before it is checked: an index
 // made under another fingerprint (identity, transfer, layout) is set aside
@@ -57,8 +61,8 @@ class StateKeeper {
   v1::WarmRestartStats Restore();
   // Writes the index if the checkpoints changed since the last write.
   absl::Status Save();
-  // Writes the images files and the index (see above). REQUIRES: no Step
-  // runs any more.
+  // Writes the images files and the index (see above). On success the
+  // region need not outlive the process. REQUIRES: no Step runs any more.
   absl::Status SaveForShutdown();
 
  private:
@@ -80,6 +84,9 @@ class StateKeeper {
   std::string tier_images_;
   std::vector<SlotMemory::SavedCheckpoint> tier_carried_;
   std::optional<SavedState> last_written_;
+  // SaveForShutdown wrote the device checkpoints' images: the index names
+  // those, not the region.
+  bool stopped_ = false;
   v1::WarmRestartStats stats_;
 };
 

@@ -122,8 +122,14 @@ def test_sigterm_saves_the_tier_and_a_working_set_twice_the_pool_comes_back(
             publish(session, p)
         held = client.admin.stats()
         assert held.host_tier_entries >= prompts - POOL
-    assert daemon.stop() == 0  # SIGTERM: the tier's images go to the dir
+        region = "/dev/shm" + session.memory.handle.decode()
+        assert os.path.exists(region)
+    # SIGTERM: the device checkpoints' and the tier's images go to the
+    # directory, and the region, no longer needed, goes.
+    assert daemon.stop() == 0
+    assert glob.glob(os.path.join(state_dir, "device-*.images"))
     assert glob.glob(os.path.join(state_dir, "tier-*.images"))
+    assert not os.path.exists(region)
     daemon.start()
     with statecache.Client.connect(daemon.address) as client, \
             attach(client) as session:
@@ -134,6 +140,8 @@ def test_sigterm_saves_the_tier_and_a_working_set_twice_the_pool_comes_back(
         assert w.dropped_bad_checksum == 0
         assert resume_checked(session, range(prompts)) == []
         assert client.admin.stats().resumes_tier >= prompts - POOL
+    # The device images are in the new region now (the index names it).
+    assert not glob.glob(os.path.join(state_dir, "device-*.images"))
 
 
 def test_a_corrupted_byte_drops_that_checkpoint_only(start_daemon,
