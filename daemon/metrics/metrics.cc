@@ -121,7 +121,23 @@ struct Metrics::StatsSeries {
   prometheus::Gauge* tier_capacity_bytes = nullptr;
   prometheus::Gauge* tier_held_bytes = nullptr;
   prometheus::Gauge* tier_entries = nullptr;
+  // Warm restart: one child per outcome (1 for this start's), one per fate.
+  std::array<prometheus::Gauge*, 5> restart_outcome{};
+  prometheus::Gauge* restored = nullptr;
+  prometheus::Gauge* restored_tier = nullptr;
+  prometheus::Gauge* restore_bad_checksum = nullptr;
+  prometheus::Gauge* restore_unreadable = nullptr;
+  prometheus::Gauge* restore_no_room = nullptr;
+  prometheus::Gauge* restore_seconds = nullptr;
+  prometheus::Counter* state_saves = nullptr;
+  prometheus::Counter* state_save_failures = nullptr;
+  prometheus::Gauge* state_saved_checkpoints = nullptr;
+  prometheus::Gauge* state_last_save = nullptr;
 };
+
+// WarmRestartStats.outcome's values, in restart_outcome's order.
+constexpr std::array<const char*, 5> kRestartOutcomes = {
+    "off", "cold", "restored", "mismatch", "unreadable"};
 
 // What the exposer collects: the values refreshed, then the registry's
 // families (the same ones every time).
@@ -251,6 +267,49 @@ Metrics::Metrics(StateCache* cache, Options options)
   st.tier_entries = &gauge("statecache_host_tier_entries",
                            "Checkpoint images the host tier holds.")
                          ->Add({});
+  auto* outcome =
+      gauge("statecache_warm_restart_info",
+            "1 for how this start went with --state_dir: off, cold (no index "
+            "yet), restored, mismatch (the index was made under another "
+            "identity, transfer or layout: not read) or unreadable (a torn or "
+            "corrupt index, or its bytes gone); the log says why.");
+  for (size_t i = 0; i < kRestartOutcomes.size(); ++i) {
+    st.restart_outcome[i] = &outcome->Add({{"outcome", kRestartOutcomes[i]}});
+  }
+  auto* fates = gauge(
+      "statecache_warm_restart_checkpoints",
+      "What this start's warm restart did with the checkpoints it found: "
+      "restored (device), restored_tier, and dropped: bad_checksum (bytes "
+      "that changed since they were published: never served), unreadable "
+      "(their region or file gone), no_room (past the pool's or the tier's "
+      "size).");
+  st.restored = &fates->Add({{"fate", "restored"}});
+  st.restored_tier = &fates->Add({{"fate", "restored_tier"}});
+  st.restore_bad_checksum = &fates->Add({{"fate", "bad_checksum"}});
+  st.restore_unreadable = &fates->Add({{"fate", "unreadable"}});
+  st.restore_no_room = &fates->Add({{"fate", "no_room"}});
+  st.restore_seconds =
+      &gauge("statecache_warm_restart_seconds",
+             "How long this start took to verify and bring back the "
+             "checkpoints of --state_dir.")
+           ->Add({});
+  st.state_saves = &counter("statecache_state_dir_saves_total",
+                            "Checkpoint index writes to --state_dir.")
+                        ->Add({});
+  st.state_save_failures =
+      &counter("statecache_state_dir_save_failures_total",
+               "Checkpoint index writes that failed (the log says why): a "
+               "restart would come back with the last index written.")
+           ->Add({});
+  st.state_saved_checkpoints =
+      &gauge("statecache_state_dir_saved_checkpoints",
+             "Checkpoints (device and tier) the last index written names.")
+           ->Add({});
+  st.state_last_save =
+      &gauge("statecache_state_dir_last_save_timestamp_seconds",
+             "When the last index was written (Unix time); a crash loses "
+             "what was published since.")
+           ->Add({});
   auto* slots = gauge(
       "statecache_slots",
       "Slots by state: used (held by live requests, pins and reservations), "
@@ -474,6 +533,20 @@ void Metrics::Refresh() const {
       static_cast<double>(s.host_tier_capacity_bytes()));
   st.tier_held_bytes->Set(static_cast<double>(s.host_tier_bytes()));
   st.tier_entries->Set(static_cast<double>(s.host_tier_entries()));
+  const v1::WarmRestartStats& w = s.warm_restart();
+  for (size_t i = 0; i < kRestartOutcomes.size(); ++i) {
+    st.restart_outcome[i]->Set(w.outcome() == kRestartOutcomes[i] ? 1 : 0);
+  }
+  st.restored->Set(static_cast<double>(w.restored_checkpoints()));
+  st.restored_tier->Set(static_cast<double>(w.restored_tier_entries()));
+  st.restore_bad_checksum->Set(static_cast<double>(w.dropped_bad_checksum()));
+  st.restore_unreadable->Set(static_cast<double>(w.dropped_unreadable()));
+  st.restore_no_room->Set(static_cast<double>(w.dropped_no_room()));
+  st.restore_seconds->Set(w.restore_seconds());
+  CatchUp(st.state_saves, w.saves());
+  CatchUp(st.state_save_failures, w.save_failures());
+  st.state_saved_checkpoints->Set(static_cast<double>(w.saved_checkpoints()));
+  st.state_last_save->Set(w.last_save_unix_seconds());
   // The operations' latencies since the last scrape, one ObserveMultiple
   // per kind that ran (after GetStats: the core's lock is not held here).
   const std::array<OperationLatencies::Kind, kOps> taken = op_seconds_->Take();

@@ -427,6 +427,103 @@ class LabelTest(unittest.TestCase):
                          [r.message for r in results])
         return results
 
+    def warm_restart_labels(self, documented):
+        """Daemons started one after another on one --state_dir so that
+        every warm-restart outcome and fate happens, each start scraped;
+        returns the (family, label, value) that moved."""
+        moved = set()
+        families = ("statecache_warm_restart_info",
+                    "statecache_warm_restart_checkpoints")
+        state = tempfile.mkdtemp(prefix="scm-state-")
+        layout = os.path.join(self.layout_dir, "tiny.json")
+        image = self.driver.stats().bytes_per_slot
+        daemons = []
+
+        def start(*extra, slots=4):
+            daemons.append(Daemon(["--num_slots=%d" % slots, "--max_slots=8", "--hash_block_size=4",
+                           "--transfer=fork", "--fork_tokens=1", "--layout=" + layout,
+                           "--host_tier_bytes=%d" % (2 * image), "--state_dir=" + state,
+                           "--state_save_interval=5ms"] + list(extra)))
+            return daemons[-1]
+
+        def note(daemon):
+            m = daemon.metrics()
+            for name in families:
+                for label, values in documented[name][1].items():
+                    for value in values or ():
+                        if m.value(name, **{label: value}) > 0:
+                            moved.add((name, label, value))
+            return harness.stubs()[0]
+
+        def publish(daemon, hashes):
+            driver = Driver(daemon)
+            s = driver.attach("warm", hash_block_size=4)
+            for h in hashes:
+                self.ok(driver.step(s, driver.begin_pass(), driver.admit("c", anchor_pos=8),
+                                    driver.checkpoint("c", 2, h, anchor_pos=8),
+                                    driver.release("c")))
+            self.ok(driver.step(s, driver.begin_pass()))
+            self.ok(driver.step(s, driver.begin_pass()))
+            return driver
+
+        def warm(driver):
+            return driver.stats().warm_restart
+
+        try:
+            first = start()
+            note(first)  # cold
+            driver = publish(first, range(100, 106))  # 6 into 4 slots: 2 demoted
+            self.assertEqual(driver.stats().host_tier_entries, 2)
+            driver.close()
+            first.stop()
+            tier_images = [f for f in os.listdir(state) if f.startswith("tier-")]
+            self.assertEqual(len(tier_images), 1, os.listdir(state))
+            with open(os.path.join(state, tier_images[0]), "r+b") as f:
+                f.write(b"\xff")  # the first tier image's first byte
+            # 2 slots for the 4 device checkpoints (no_room), one tier image
+            # corrupted (bad_checksum), the other restored (restored_tier).
+            second = start(slots=2)
+            note(second)
+            driver = Driver(second)
+            w = warm(driver)
+            self.assertEqual((w.outcome, w.restored_checkpoints, w.restored_tier_entries,
+                              w.dropped_bad_checksum), ("restored", 2, 1, 1), w)
+            self.assertGreaterEqual(w.dropped_no_room, 1, w)
+            driver.close()
+            second.stop()
+            index = os.path.join(state, "index")
+            os.truncate(index, os.path.getsize(index) // 2)
+            third = start()
+            note(third)  # unreadable
+            self.assertEqual(warm(Driver(third)).outcome, "unreadable")
+            driver = publish(third, [200])
+            harness.wait_for("the index to name one checkpoint",
+                             lambda: warm(driver).saved_checkpoints == 1)
+            driver.close()
+            third.kill()  # a crash; then the region it kept goes (a reboot)
+            regions = set(re.findall(r"handle=/(\S+-kept)", third.log()))
+            self.assertEqual(len(regions), 1, third.log())
+            os.unlink("/dev/shm/" + regions.pop())
+            fourth = start()
+            note(fourth)  # restored, its one checkpoint unreadable
+            self.assertEqual(warm(Driver(fourth)).dropped_unreadable, 1)
+            fourth.stop()
+            fifth = start("--model_id=another")
+            note(fifth)  # mismatch
+            fifth.stop()
+        finally:
+            for daemon in daemons:  # a failed check leaves none running...
+                daemon.kill()
+                try:
+                    log = daemon.log()
+                except FileNotFoundError:  # stopped cleanly: nothing kept
+                    continue
+                for region in re.findall(r"handle=/(\S+-kept)", log):
+                    if os.path.exists("/dev/shm/" + region):  # ...or kept
+                        os.unlink("/dev/shm/" + region)
+            shutil.rmtree(state, ignore_errors=True)
+        return moved
+
     def test_documented_families_labels_and_values(self):
         documented = documented_metrics()
         self.assertGreaterEqual(len(documented), 25, "the operators' guide's metrics table (docs/operators.md) was not read")
@@ -545,6 +642,7 @@ class LabelTest(unittest.TestCase):
         # and reads these series.
         moved |= {("statecache_host_tier_copy_failures_total", "direction", v)
                   for v in ("demotion", "promotion")}
+        moved |= self.warm_restart_labels(documented)
         every = {(name, label, value) for name, (_, labels) in documented.items()
                  for label, values in labels.items() for value in values or ()}
         self.assertGreaterEqual(len(every), 14)  # state 3, outcome 3, direction 2, reason 3 x 2
