@@ -19,6 +19,7 @@ TransferConfig FromProto(const v1::TransferConfig& transfer);
 ModelIdentity FromProto(const v1::Identity& identity);
 // GetStats' answer, field for field.
 DaemonStats FromProto(const v1::GetStatsResponse& stats);
+WarmRestartStats FromProto(const v1::WarmRestartStats& stats);
 
 // A list-form result as the library reports it: the refusal's status (its
 // code and message), or the result of its kind.

@@ -279,6 +279,24 @@ struct HostTierStats {
   int64_t promotions_failed = 0;
 };
 
+// How the daemon's start went with --state_dir, and what it saved since
+// (see WarmRestartStats in the proto).
+struct WarmRestartStats {
+  // "off", "cold", "restored", "mismatch" or "unreadable" (with `reason`).
+  std::string outcome;
+  std::string reason;
+  int64_t restored_checkpoints = 0;
+  int64_t restored_tier_entries = 0;
+  int64_t dropped_bad_checksum = 0;
+  int64_t dropped_no_room = 0;
+  int64_t dropped_unreadable = 0;
+  double restore_seconds = 0;
+  int64_t saves = 0;
+  int64_t save_failures = 0;
+  int64_t saved_checkpoints = 0;
+  double last_save_unix_seconds = 0;
+};
+
 struct DaemonStats {
   uint64_t epoch = 0;
   absl::Duration uptime;
@@ -322,6 +340,7 @@ struct DaemonStats {
   // The host tier (all 0 while off): room and images held, and cumulative
   // demotions, tier evictions, resumes from it and failed image copies.
   HostTierStats host_tier;
+  WarmRestartStats warm_restart;
 };
 
 // One attached session, as ListSessions reports it.

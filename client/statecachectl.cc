@@ -471,6 +471,18 @@ nlohmann::json StatsJson(const DaemonStats& s) {
             {"lease_expiries", s.lease_expiries},
             {"evicted", s.sessions_evicted}}},
           {"draining", s.draining},
+          {"warm_restart",
+           {{"outcome", s.warm_restart.outcome},
+            {"reason", s.warm_restart.reason},
+            {"restored_checkpoints", s.warm_restart.restored_checkpoints},
+            {"restored_tier_entries", s.warm_restart.restored_tier_entries},
+            {"dropped_bad_checksum", s.warm_restart.dropped_bad_checksum},
+            {"dropped_no_room", s.warm_restart.dropped_no_room},
+            {"dropped_unreadable", s.warm_restart.dropped_unreadable},
+            {"restore_seconds", s.warm_restart.restore_seconds},
+            {"saves", s.warm_restart.saves},
+            {"save_failures", s.warm_restart.save_failures},
+            {"saved_checkpoints", s.warm_restart.saved_checkpoints}}},
           {"memory", MemoryJson(s)}};
 }
 
@@ -520,6 +532,23 @@ absl::Status StatsOnce(Client& client, const CommandLine& line) {
                 {"copy failures", absl::StrCat(t.demotions_failed, " out, ",
                                                t.promotions_failed, " in")}},
                "  ");
+  }
+  if (const WarmRestartStats& w = s->warm_restart;
+      !w.outcome.empty() && w.outcome != "off") {
+    std::cout << "warm restart (--state_dir)\n";
+    PrintTable(
+        {{"this start", w.reason.empty()
+                            ? w.outcome
+                            : absl::StrCat(w.outcome, ": ", w.reason)},
+         {"restored", absl::StrCat(w.restored_checkpoints, " checkpoints, ",
+                                   w.restored_tier_entries, " tier entries")},
+         {"dropped", absl::StrCat(w.dropped_bad_checksum, " bad checksum, ",
+                                  w.dropped_unreadable, " unreadable, ",
+                                  w.dropped_no_room, " no room")},
+         {"saves",
+          absl::StrCat(w.saves, " (", w.save_failures, " failed), ",
+                       w.saved_checkpoints, " checkpoints in the last")}},
+        "  ");
   }
   std::cout << "sessions\n";
   PrintTable({{"attached", absl::StrCat(s->sessions)},

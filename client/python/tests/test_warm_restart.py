@@ -5,8 +5,10 @@ bytes; a corrupted byte, a truncated index and a changed model each give
 the documented outcome, with nothing wrong served."""
 
 import glob
+import json
 import os
 import re
+import subprocess
 import time
 
 import pytest
@@ -108,6 +110,16 @@ def test_sigkill_keeps_the_checkpoints_and_their_bytes(start_daemon,
             == ("restored", 4, 0), w
         assert stats.indexed_hashes == 4  # ...its checkpoints are not
         assert resume_checked(session, range(4)) == []
+    # What an operator reads at 3 a.m.
+    ctl = os.path.join(os.path.dirname(daemon.binary), "statecachectl")
+    out = subprocess.run([ctl, "--address=" + daemon.address, "stats"],
+                         capture_output=True, text=True, check=True).stdout
+    assert re.search(r"this start\s+restored\n", out), out
+    assert re.search(r"restored\s+4 checkpoints, 0 tier entries", out), out
+    js = json.loads(subprocess.run(
+        [ctl, "--address=" + daemon.address, "--json", "stats"],
+        capture_output=True, text=True, check=True).stdout)
+    assert js["warm_restart"]["restored_checkpoints"] == 4
 
 
 def test_sigterm_saves_the_tier_and_a_working_set_twice_the_pool_comes_back(
