@@ -16,10 +16,12 @@
 // spent, and a grow the memory refused changed nothing. tests/fuzz/
 // step_seeds/ (write_step_seeds.py) starts it from every operation kind and
 // action; the main build replays those seeds (replay_main.cc).
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -53,14 +55,24 @@ void CheckInvariants(const StateCache& cache, const std::string& after) {
         invariants.ToString() + "\nafter: " + after);
 }
 
-// State memory without bytes: Copy, ReadSlots and WriteSlots check their
-// batches as every backend does (BuildCopyTable, BuildImageCopyTable) and a
-// refusal is the daemon's bug, not the input's.
+// State memory of a few bytes a slot: Copy, ReadSlots and WriteSlots check
+// their batches as every backend does (BuildCopyTable, BuildImageCopyTable;
+// a refusal is the daemon's bug, not the input's) and then move the bytes,
+// so checksums and warm restarts have real content to vouch for.
 class CheckingDevice : public Device {
  public:
   explicit CheckingDevice(int64_t num_slots)
       : layout_(*StateLayout::Create("fuzz", {{"s", {4}, DType::kF32}}, 1)),
-        num_slots_(num_slots) {}
+        num_slots_(num_slots),
+        bytes_(layout_.RegionBytes(num_slots)) {}
+
+  // What an engine's forward does to a slot it holds.
+  void Write(int64_t slot, uint64_t value) {
+    char* at = bytes_.data() + slot * layout_.bytes_per_slot();
+    for (uint64_t i = 0; i < layout_.bytes_per_slot(); ++i) {
+      at[i] = static_cast<char>(value >> (8 * (i % 8)));
+    }
+  }
 
   std::string_view backend() const override { return "host"; }
   const StateLayout& layout() const override { return layout_; }
@@ -70,6 +82,7 @@ class CheckingDevice : public Device {
     Check(new_num_slots >= 0 && new_num_slots <= kMaxLayoutSlots,
           "resize out of range");
     num_slots_ = new_num_slots;
+    bytes_.resize(layout_.RegionBytes(new_num_slots));
     return absl::OkStatus();
   }
   RegionExport Export() const override {
@@ -86,6 +99,16 @@ class CheckingDevice : public Device {
         BuildCopyTable(layout_, num_slots_, num_slots_, pairs);
     Check(table.ok(), "the daemon asked for a copy no device accepts",
           table.status().ToString());
+    // Sources first: the table's order is no order.
+    std::vector<std::vector<char>> read;
+    for (const CopyDescriptor& d : table->descriptors) {
+      read.emplace_back(bytes_.begin() + d.src_offset,
+                        bytes_.begin() + d.src_offset + d.bytes);
+    }
+    for (size_t i = 0; i < read.size(); ++i) {
+      std::copy(read[i].begin(), read[i].end(),
+                bytes_.begin() + table->descriptors[i].dst_offset);
+    }
     return CopyResult::Of(*table, start);
   }
   absl::StatusOr<std::unique_ptr<HostStaging>> AllocateStaging(
@@ -114,12 +137,98 @@ class CheckingDevice : public Device {
     Check(table.ok(),
           "the daemon asked for a slot image copy no device accepts",
           table.status().ToString());
+    for (const CopyDescriptor& d : table->descriptors) {
+      if (to_region) {
+        std::memcpy(bytes_.data() + d.dst_offset, staging.data() + d.src_offset,
+                    d.bytes);
+      } else {
+        std::memcpy(staging.data() + d.dst_offset, bytes_.data() + d.src_offset,
+                    d.bytes);
+      }
+    }
     return CopyResult::Of(*table, start);
   }
 
   StateLayout layout_;
   int64_t num_slots_;
+  std::vector<char> bytes_;
 };
+
+// With checksums on: an engine writes every slot it holds (not free, not
+// pinned) after each Step, and every checkpoint the daemon would save still
+// matches the checksum taken when it was published.
+void EngineWritesAndCheckpointsHold(StateCache& cache, CheckingDevice& memory,
+                                    uint64_t step, const std::string& after) {
+  const PoolSnapshot pool = cache.DumpPool();
+  std::vector<bool> untouched(pool.num_slots, false);
+  for (int64_t slot : pool.free) untouched[slot] = true;
+  for (const auto& [slot, count] : pool.pinned) untouched[slot] = true;
+  for (int64_t slot = 0; slot < pool.num_slots; ++slot) {
+    if (!untouched[slot]) memory.Write(slot, step * 1000003 + slot);
+  }
+  absl::StatusOr<StateCache::Checkpoints> saved = cache.SaveCheckpoints();
+  if (!saved.ok()) return;
+  std::vector<SlotMemory::SavedCheckpoint> checked = saved->saved.device;
+  if (!cache.ReadCheckpointImages(checked).ok()) return;
+  Check(checked.size() == saved->saved.device.size(),
+        "a checkpoint's bytes changed after it was published", after);
+}
+
+// The warm restart at the end of a run: what the cache would save comes back
+// in a fresh cache in the same order, marks and checksums, nothing dropped.
+void CheckWarmRestart(StateCache& cache, FaultInjectingDevice& device,
+                      const StateCacheOptions& like) {
+  device.ClearFaults();
+  absl::StatusOr<StateCache::Checkpoints> saved = cache.SaveCheckpoints();
+  Check(saved.ok(), "saving checkpoints failed", saved.status().ToString());
+  std::vector<SlotMemory::SavedCheckpoint> device_saved = saved->saved.device;
+  absl::StatusOr<std::unique_ptr<HostStaging>> images =
+      cache.ReadCheckpointImages(device_saved);
+  Check(images.ok(), "reading checkpoint images failed");
+  Check(device_saved.size() == saved->saved.device.size(),
+        "a saved checkpoint's bytes do not match its checksum");
+  std::vector<SlotMemory::SavedCheckpoint> tier_saved = saved->saved.tier;
+  const std::string tier_images = cache.CopyTierImages(tier_saved);
+  Check(tier_saved.size() == saved->saved.tier.size(),
+        "a tier image does not match its checksum");
+  const uint64_t image_bytes = saved->region.layout.bytes_per_slot();
+  std::vector<SlotMemory::RestoreImage> device_restore, tier_restore;
+  for (size_t k = 0; k < device_saved.size(); ++k) {
+    device_restore.push_back(
+        {device_saved[k], (*images)->data() + k * image_bytes});
+  }
+  for (size_t k = 0; k < tier_saved.size(); ++k) {
+    tier_restore.push_back(
+        {tier_saved[k], tier_images.data() + k * image_bytes});
+  }
+  StateCacheOptions options = like;
+  options.num_slots = saved->region.num_slots;
+  options.max_slots = std::max(options.max_slots, options.num_slots);
+  auto fresh_memory = std::make_shared<CheckingDevice>(options.num_slots);
+  options.device = fresh_memory;
+  absl::StatusOr<std::unique_ptr<StateCache>> fresh =
+      StateCache::Create(std::move(options));
+  Check(fresh.ok(), "a fresh cache refused", fresh.status().ToString());
+  absl::StatusOr<SlotMemory::RestoreCounts> counts =
+      (*fresh)->RestoreCheckpoints(device_restore, tier_restore);
+  Check(counts.ok(), "restore failed", counts.status().ToString());
+  Check(counts->bad_checksum == 0 && counts->duplicate == 0 &&
+            counts->no_room == 0 &&
+            counts->device == static_cast<int64_t>(device_saved.size()),
+        "restore dropped checkpoints it was given intact");
+  CheckInvariants(**fresh, "a warm restart");
+  absl::StatusOr<StateCache::Checkpoints> again = (*fresh)->SaveCheckpoints();
+  Check(again.ok(), "saving the restored checkpoints failed");
+  Check(again->saved.device.size() == device_saved.size(),
+        "restored checkpoints are not all saved again");
+  for (size_t k = 0; k < device_saved.size(); ++k) {
+    const SlotMemory::SavedCheckpoint& a = device_saved[k];
+    const SlotMemory::SavedCheckpoint& b = again->saved.device[k];
+    Check(a.hash == b.hash && a.speculative == b.speculative &&
+              a.checksum == b.checksum && b.location == static_cast<int64_t>(k),
+          "a restored checkpoint lost its order, mark or bytes");
+  }
+}
 
 // Between steps: the next copies, copies touching a slot, or growth fail, or
 // the faults are cleared.
@@ -196,6 +305,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace statecache;
   FuzzInput in(data, size);
   FakeClock clock;
+  bool checksums = false;
   StateCacheOptions options;
   options.identity = TestIdentity("fuzz/model");
   options.num_slots = 1 + in.Byte() % 16;
@@ -207,8 +317,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     options.transfer = *StateTransfer::Create(TransferKind::kFork, fork_tokens,
                                               readable_midstep);
     // Half the fork runs keep a host tier of a few slot images (the
-    // checking device's slots are 16 bytes).
-    if (in.Byte() % 2) options.host_tier_bytes = 16 * (1 + in.Byte() % 8);
+    // checking device's slots are 16 bytes); independently, half take
+    // checksums and end with a warm restart.
+    const uint8_t tier = in.Byte();
+    if (tier % 2) options.host_tier_bytes = 16 * (1 + in.Byte() % 8);
+    checksums = (tier >> 1) % 2;
   } else {
     options.transfer =
         transfer == 1 ? *StateTransfer::Create(TransferKind::kReplay, 0, false)
@@ -218,13 +331,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   options.max_operations_per_step = 1 + in.Byte() % 12;
   options.epoch = 1;
   options.clock = &clock;
-  auto device = std::make_shared<FaultInjectingDevice>(
-      std::make_shared<CheckingDevice>(options.num_slots));
+  auto memory = std::make_shared<CheckingDevice>(options.num_slots);
+  auto device = std::make_shared<FaultInjectingDevice>(memory);
   options.device = device;
+  StateCacheOptions like = options;
+  like.device = nullptr;
   absl::StatusOr<std::unique_ptr<StateCache>> made =
       StateCache::Create(std::move(options));
   Check(made.ok(), "create refused", made.status().ToString());
   StateCache& cache = **made;
+  if (checksums) {
+    Check(cache.EnableChecksums().ok(), "checksums refused");
+  }
+  uint64_t steps = 0;
   std::string sessions[2] = {Attach(cache), Attach(cache)};
   Draw draw([&in] { return in.Word(); });
 
@@ -348,6 +467,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             "a refused operation counted a checkpoint kept",
             req.ShortDebugString());
     }
+    if (checksums) {
+      EngineWritesAndCheckpointsHold(cache, *memory, ++steps,
+                                     req.ShortDebugString());
+    }
   }
+  if (checksums) CheckWarmRestart(cache, *device, like);
   return 0;
 }
