@@ -143,28 +143,43 @@ void AddReader(Session& session, int64_t slot, Request* request,
 absl::StatusOr<int32_t> TickPinClock(SlotMemory& memory, Session& session,
                                      PinScratch& scratch) {
   // Deferrals end in any order (each touches only its own slot); releases
-  // refile slots, so they go in slot order, and only they are sorted.
-  int32_t released = 0;
-  scratch.sorted.clear();
-  for (auto& [slot, pin] : session.pins) {
-    if (pin.deferred) {
-      pin.deferred = false;
-      RETURN_IF_ERROR(memory.EndDeferral(slot));
-    } else {
-      scratch.sorted.emplace_back(slot, &pin);
-    }
+  // refile slots, so they go in slot order, and only they are sorted. About
+  // half the pins of a pass are deferred, in no order, so the pins are split
+  // without a branch on which they are: each is written to both lists and
+  // only the list it belongs to moves on.
+  const size_t n = session.pins.size();
+  scratch.returned.resize(n);
+  scratch.deferred.resize(n);
+  size_t num_returned = 0;
+  size_t num_deferred = 0;
+  for (auto it = session.pins.begin(); it != session.pins.end(); ++it) {
+    const bool deferred = it->second.deferred;
+    scratch.returned[num_returned] = {it->first, it};
+    scratch.deferred[num_deferred] = {it->first, &it->second};
+    num_returned += !deferred;
+    num_deferred += deferred;
   }
-  SortBySlot(scratch.sorted, scratch.sort,
+  scratch.returned.resize(num_returned);
+  scratch.deferred.resize(num_deferred);
+  for (const auto& [slot, pin] : scratch.deferred) {
+    pin->deferred = false;
+    RETURN_IF_ERROR(memory.EndDeferral(slot));
+  }
+  SortBySlot(scratch.returned, scratch.returned_sort,
              [](const auto& p) { return p.first; });
+  int32_t released = 0;
   absl::Status status;
-  for (const auto& [slot, pin] : scratch.sorted) {
-    if (status.ok()) status = memory.ReturnPins(slot, pin->count);
-    released += pin->count;
+  for (const auto& [slot, it] : scratch.returned) {
+    const SessionPin& pin = it->second;
+    if (status.ok()) status = memory.ReturnPins(slot, pin.count);
+    released += pin.count;
     // Its readers forget it: the slot may be handed to someone else now.
-    for (Request* reader : pin->readers) reader->fork_src = -1;
-    session.pins.erase(slot);
+    for (Request* reader : pin.readers) reader->fork_src = -1;
+    // Erasing leaves the other entries (and iterators to them) in place.
+    session.pins.erase(it);
   }
-  scratch.sorted.clear();
+  scratch.returned.clear();
+  scratch.deferred.clear();
   RETURN_IF_ERROR(status);
   return released;
 }
