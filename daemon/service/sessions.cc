@@ -186,7 +186,7 @@ absl::StatusOr<int32_t> TickPinClock(SlotMemory& memory, Session& session,
 
 absl::Status ReleaseRequest(SlotMemory& memory, Session& session,
                             Request& request) {
-  if (session.recent == &request) session.recent = nullptr;
+  session.Unname(request);
   const int64_t src = request.fork_src;
   auto pin = src >= 0 ? session.pins.find(src) : session.pins.end();
   const bool reads = pin != session.pins.end();
@@ -269,6 +269,7 @@ absl::StatusOr<std::vector<std::unique_ptr<Request>>> FenceSession(
     }
     request->fork_src = -1;
     request->session = nullptr;
+    session.Unname(*request);
     auto node = session.requests.extract(request->id);
     fenced.push_back(std::move(node.mapped()));
   }
@@ -282,15 +283,21 @@ absl::StatusOr<std::vector<std::unique_ptr<Request>>> FenceSession(
 }
 
 absl::StatusOr<Request*> FindRequest(Session& session, absl::string_view id) {
-  if (session.recent != nullptr && session.recent->id == id) {
-    return session.recent;
+  if (Request* recent = session.recent; recent != nullptr) {
+    if (recent->id == id) return recent;
+    // The one named after it last time (see Session::NameNext), without
+    // the map's hashing and probing.
+    if (Request* next = recent->named_next; next != nullptr && next->id == id) {
+      session.recent = next;
+      return next;
+    }
   }
   auto it = session.requests.find(id);
   if (it == session.requests.end()) {
     return absl::NotFoundError(
         absl::StrCat("this session holds no request '", id, "'"));
   }
-  session.recent = it->second.get();
+  session.NameNext(it->second.get());
   return session.recent;
 }
 
