@@ -78,7 +78,10 @@ TEST(SessionTest, FindRequestFindsTheNamedRequestInAnyNamingOrder) {
   int next_id = 0;
   auto admit = [&] {
     auto request = std::make_unique<Request>();
-    request->id = absl::StrCat("r", next_id++);
+    // Ids of every length FindRequest compares inline (up to 16 bytes) and
+    // past it, sharing long prefixes so that only their ends tell them apart.
+    request->id = absl::StrCat(std::string(next_id % 19, 'x'), next_id);
+    ++next_id;
     request->session = &session;
     session.NameNext(request.get());
     live.push_back(request->id);
@@ -104,6 +107,7 @@ TEST(SessionTest, FindRequestFindsTheNamedRequestInAnyNamingOrder) {
       EXPECT_EQ(*found, session.requests.at(live[k]).get());
     }
     EXPECT_FALSE(FindRequest(session, "gone").ok());
+    EXPECT_FALSE(FindRequest(session, "xxxxxxxxxxxxxxxxxxxx").ok());
     for (const auto& [id, request] : session.requests) {
       for (const Request* n : {request->named_prev, request->named_next}) {
         if (n != nullptr) EXPECT_TRUE(session.requests.contains(n->id));
