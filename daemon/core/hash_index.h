@@ -33,6 +33,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/base/attributes.h"
 #include "daemon/core/huge_page_allocator.h"
 
 namespace statecache {
@@ -189,12 +190,13 @@ class HashIndex {
         return Probe{home + std::countr_zero(empty) / 8, tag, false};
       }
     }
-    for (size_t i = home;; i = (i + 1) & mask_) {
-      const uint8_t t = tags_[i];
-      if (t == tag && BucketAt(i).key == key) return Probe{i, tag, true};
-      if (t == kEmptyTag) return Probe{i, tag, false};
-    }
+    return Walk(key, home, tag);
   }
+  // Locate for the runs the word does not settle, tag by tag. Out of line,
+  // so that what is left of Locate is small enough to inline into its
+  // callers (ResumableHit's walk calls Contains for every block).
+  ABSL_ATTRIBUTE_NOINLINE Probe Walk(int64_t key, size_t home,
+                                     uint8_t tag) const;
   static constexpr uint64_t kLowBytes = 0x0101010101010101;
   static constexpr uint64_t kTopBits = 0x8080808080808080;
   static_assert(std::endian::native == std::endian::little,
