@@ -29,6 +29,14 @@ void HashIndex::Reserve(int64_t entries) {
   if (want > buckets_.size()) Rehash(want);
 }
 
+HashIndex::Probe HashIndex::Walk(int64_t key, size_t home, uint8_t tag) const {
+  for (size_t i = home;; i = (i + 1) & mask_) {
+    const uint8_t t = tags_[i];
+    if (t == tag && BucketAt(i).key == key) return Probe{i, tag, true};
+    if (t == kEmptyTag) return Probe{i, tag, false};
+  }
+}
+
 void HashIndex::EraseAt(size_t i) {
   size_t hole = i;
   if (PendingWrite* p = PendingFor(i)) {  // never written out: just drop it

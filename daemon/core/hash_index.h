@@ -26,11 +26,14 @@
 #ifndef STATECACHE_DAEMON_CORE_HASH_INDEX_H_
 #define STATECACHE_DAEMON_CORE_HASH_INDEX_H_
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <utility>
 #include <vector>
 
+#include "absl/base/attributes.h"
 #include "daemon/core/huge_page_allocator.h"
 
 namespace statecache {
@@ -157,15 +160,47 @@ class HashIndex {
     uint8_t tag;
     bool found;
   };
+  //
+  // Most probe runs end within the eight tags from the home bucket on, so
+  // those eight are tested at once, as one word: a tag-by-tag walk takes a
+  // hard-to-predict branch per tag (is this one empty?), which costs more
+  // than the probe itself. Runs that go past the word, or past the end of
+  // the table, take the walk.
   Probe Locate(int64_t key) const {
     const uint64_t h = Hash(key);
     const uint8_t tag = TagOf(h);
-    for (size_t i = HomeOf(h);; i = (i + 1) & mask_) {
-      const uint8_t t = tags_[i];
-      if (t == tag && BucketAt(i).key == key) return Probe{i, tag, true};
-      if (t == kEmptyTag) return Probe{i, tag, false};
+    const size_t home = HomeOf(h);
+    if (home + sizeof(uint64_t) <= tags_.size()) {
+      uint64_t word;
+      std::memcpy(&word, &tags_[home], sizeof(word));
+      // Every tag in use has its top bit set and the empty tag is 0, so a
+      // byte whose top bit is clear is empty.
+      const uint64_t empty = ~word & kTopBits;
+      if (empty != 0) {
+        // The bytes before the first empty one are the run's; bytes equal
+        // to `tag` have a zero XOR, which the add below leaves without its
+        // top bit (no carry crosses a byte: 0x7f + 0x7f < 0x100).
+        const uint64_t x = word ^ (kLowBytes * tag);
+        uint64_t match = ~(((x & ~kTopBits) + ~kTopBits) | x) & kTopBits &
+                         ((empty & -empty) - 1);
+        for (; match != 0; match &= match - 1) {
+          const size_t i = home + std::countr_zero(match) / 8;
+          if (BucketAt(i).key == key) return Probe{i, tag, true};
+        }
+        return Probe{home + std::countr_zero(empty) / 8, tag, false};
+      }
     }
+    return Walk(key, home, tag);
   }
+  // Locate for the runs the word does not settle, tag by tag. Out of line,
+  // so that what is left of Locate is small enough to inline into its
+  // callers (ResumableHit's walk calls Contains for every block).
+  ABSL_ATTRIBUTE_NOINLINE Probe Walk(int64_t key, size_t home,
+                                     uint8_t tag) const;
+  static constexpr uint64_t kLowBytes = 0x0101010101010101;
+  static constexpr uint64_t kTopBits = 0x8080808080808080;
+  static_assert(std::endian::native == std::endian::little,
+                "Locate reads tag i + k as byte k of a word");
 
   // The pending write to bucket i, or null.
   const PendingWrite* PendingFor(size_t i) const {

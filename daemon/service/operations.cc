@@ -137,7 +137,7 @@ absl::Status Admit(OperationContext& c, absl::string_view id,
                       admitted.outcome == ResumeOutcome::kTier);
   result->set_from_tier(admitted.outcome == ResumeOutcome::kTier);
   session.held_slots += static_cast<int64_t>(request->slots.size());
-  session.recent = request.get();
+  session.NameNext(request.get());
   session.requests.emplace(request->id, std::move(request));
   return absl::OkStatus();
 }

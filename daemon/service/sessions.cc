@@ -1,6 +1,7 @@
 #include "daemon/service/sessions.h"
 
 #include <algorithm>
+#include <cstring>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -11,6 +12,35 @@ namespace statecache {
 namespace {
 
 constexpr size_t kEndedSessionsRemembered = 1024;
+
+// a == b, inline for ids of up to 16 bytes (what schedulers name requests
+// by): FindRequest compares an id or two for most operations of a pass, and
+// memcmp is a call through the PLT each time.
+bool SameId(absl::string_view a, absl::string_view b) {
+  const size_t n = a.size();
+  if (n != b.size()) return false;
+  if (n == 0 || n > 16) return a == b;
+  const char* p = a.data();
+  const char* q = b.data();
+  // Two loads from each end cover every byte (they overlap when shorter).
+  if (n >= 8) {
+    uint64_t p0, q0, p1, q1;
+    std::memcpy(&p0, p, 8);
+    std::memcpy(&q0, q, 8);
+    std::memcpy(&p1, p + n - 8, 8);
+    std::memcpy(&q1, q + n - 8, 8);
+    return ((p0 ^ q0) | (p1 ^ q1)) == 0;
+  }
+  if (n >= 4) {
+    uint32_t p0, q0, p1, q1;
+    std::memcpy(&p0, p, 4);
+    std::memcpy(&q0, q, 4);
+    std::memcpy(&p1, p + n - 4, 4);
+    std::memcpy(&q1, q + n - 4, 4);
+    return ((p0 ^ q0) | (p1 ^ q1)) == 0;
+  }
+  return p[0] == q[0] && p[n / 2] == q[n / 2] && p[n - 1] == q[n - 1];
+}
 
 std::string RandomToken() {
   std::random_device rd;  // /dev/urandom on Linux
@@ -143,35 +173,50 @@ void AddReader(Session& session, int64_t slot, Request* request,
 absl::StatusOr<int32_t> TickPinClock(SlotMemory& memory, Session& session,
                                      PinScratch& scratch) {
   // Deferrals end in any order (each touches only its own slot); releases
-  // refile slots, so they go in slot order, and only they are sorted.
-  int32_t released = 0;
-  scratch.sorted.clear();
-  for (auto& [slot, pin] : session.pins) {
-    if (pin.deferred) {
-      pin.deferred = false;
-      RETURN_IF_ERROR(memory.EndDeferral(slot));
-    } else {
-      scratch.sorted.emplace_back(slot, &pin);
-    }
+  // refile slots, so they go in slot order, and only they are sorted. About
+  // half the pins of a pass are deferred, in no order, so the pins are split
+  // without a branch on which they are: each is written to both lists and
+  // only the list it belongs to moves on.
+  const size_t n = session.pins.size();
+  scratch.returned.resize(n);
+  scratch.deferred.resize(n);
+  size_t num_returned = 0;
+  size_t num_deferred = 0;
+  for (auto it = session.pins.begin(); it != session.pins.end(); ++it) {
+    const bool deferred = it->second.deferred;
+    scratch.returned[num_returned] = {it->first, it};
+    scratch.deferred[num_deferred] = {it->first, &it->second};
+    num_returned += !deferred;
+    num_deferred += deferred;
   }
-  SortBySlot(scratch.sorted, scratch.sort,
+  scratch.returned.resize(num_returned);
+  scratch.deferred.resize(num_deferred);
+  for (const auto& [slot, pin] : scratch.deferred) {
+    pin->deferred = false;
+    RETURN_IF_ERROR(memory.EndDeferral(slot));
+  }
+  SortBySlot(scratch.returned, scratch.returned_sort,
              [](const auto& p) { return p.first; });
+  int32_t released = 0;
   absl::Status status;
-  for (const auto& [slot, pin] : scratch.sorted) {
-    if (status.ok()) status = memory.ReturnPins(slot, pin->count);
-    released += pin->count;
+  for (const auto& [slot, it] : scratch.returned) {
+    const SessionPin& pin = it->second;
+    if (status.ok()) status = memory.ReturnPins(slot, pin.count);
+    released += pin.count;
     // Its readers forget it: the slot may be handed to someone else now.
-    for (Request* reader : pin->readers) reader->fork_src = -1;
-    session.pins.erase(slot);
+    for (Request* reader : pin.readers) reader->fork_src = -1;
+    // Erasing leaves the other entries (and iterators to them) in place.
+    session.pins.erase(it);
   }
-  scratch.sorted.clear();
+  scratch.returned.clear();
+  scratch.deferred.clear();
   RETURN_IF_ERROR(status);
   return released;
 }
 
 absl::Status ReleaseRequest(SlotMemory& memory, Session& session,
                             Request& request) {
-  if (session.recent == &request) session.recent = nullptr;
+  session.Unname(request);
   const int64_t src = request.fork_src;
   auto pin = src >= 0 ? session.pins.find(src) : session.pins.end();
   const bool reads = pin != session.pins.end();
@@ -254,6 +299,7 @@ absl::StatusOr<std::vector<std::unique_ptr<Request>>> FenceSession(
     }
     request->fork_src = -1;
     request->session = nullptr;
+    session.Unname(*request);
     auto node = session.requests.extract(request->id);
     fenced.push_back(std::move(node.mapped()));
   }
@@ -267,15 +313,22 @@ absl::StatusOr<std::vector<std::unique_ptr<Request>>> FenceSession(
 }
 
 absl::StatusOr<Request*> FindRequest(Session& session, absl::string_view id) {
-  if (session.recent != nullptr && session.recent->id == id) {
-    return session.recent;
+  if (Request* recent = session.recent; recent != nullptr) {
+    if (SameId(recent->id, id)) return recent;
+    // The one named after it last time (see Session::NameNext), without
+    // the map's hashing and probing.
+    if (Request* next = recent->named_next;
+        next != nullptr && SameId(next->id, id)) {
+      session.recent = next;
+      return next;
+    }
   }
   auto it = session.requests.find(id);
   if (it == session.requests.end()) {
     return absl::NotFoundError(
         absl::StrCat("this session holds no request '", id, "'"));
   }
-  session.recent = it->second.get();
+  session.NameNext(it->second.get());
   return session.recent;
 }
 

@@ -5,9 +5,14 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <random>
+#include <string>
 #include <utility>
 #include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/service/sessions.h"
 
 namespace statecache {
 namespace {
@@ -60,6 +65,54 @@ TEST(SessionTest, SortedPinsListsEveryPinInSlotOrder) {
   for (size_t i = 0; i < out.size(); ++i) {
     EXPECT_EQ(out[i].first, slots[i]);
     EXPECT_EQ(out[i].second, &session.pins.at(slots[i]));
+  }
+}
+
+// FindRequest tries the request named after the recent one before the map;
+// whatever order names them, and whichever leave, it finds exactly the
+// request named (or none), and the naming order never reaches one that left.
+TEST(SessionTest, FindRequestFindsTheNamedRequestInAnyNamingOrder) {
+  Session session;
+  std::mt19937_64 rng(5);
+  std::vector<std::string> live;
+  int next_id = 0;
+  auto admit = [&] {
+    auto request = std::make_unique<Request>();
+    // Ids of every length FindRequest compares inline (up to 16 bytes) and
+    // past it, sharing long prefixes so that only their ends tell them apart.
+    request->id = absl::StrCat(std::string(next_id % 19, 'x'), next_id);
+    ++next_id;
+    request->session = &session;
+    session.NameNext(request.get());
+    live.push_back(request->id);
+    session.requests.emplace(request->id, std::move(request));
+  };
+  for (int i = 0; i < 20; ++i) admit();
+  for (int round = 0; round < 2000; ++round) {
+    const uint64_t what = rng() % 10;
+    if (what == 0 && !live.empty()) {  // one leaves, as Release does
+      const size_t k = rng() % live.size();
+      Request* request = session.requests.at(live[k]).get();
+      session.Unname(*request);
+      session.requests.erase(live[k]);
+      live.erase(live.begin() + k);
+    } else if (what == 1) {
+      admit();
+    } else if (!live.empty()) {
+      // Mostly in admission order, as a scheduler's passes name them.
+      const size_t k = what < 6 ? round % live.size() : rng() % live.size();
+      absl::StatusOr<Request*> found = FindRequest(session, live[k]);
+      ASSERT_TRUE(found.ok()) << found.status();
+      EXPECT_EQ((*found)->id, live[k]);
+      EXPECT_EQ(*found, session.requests.at(live[k]).get());
+    }
+    EXPECT_FALSE(FindRequest(session, "gone").ok());
+    EXPECT_FALSE(FindRequest(session, "xxxxxxxxxxxxxxxxxxxx").ok());
+    for (const auto& [id, request] : session.requests) {
+      for (const Request* n : {request->named_prev, request->named_next}) {
+        if (n != nullptr) EXPECT_TRUE(session.requests.contains(n->id));
+      }
+    }
   }
 }
 
