@@ -575,5 +575,50 @@ TEST(WarmRestartMemoryTest, ATierImageCorruptedAfterDemotionIsAMissAndErased) {
   EXPECT_EQ(m.memory->host_tier_stats().promotions, 1);
 }
 
+// BUG (unfixed; daemon/core/slot_memory_restart.cc, SlotMemory::Restore):
+// Restore's precondition ("nothing held or filed yet", FAILED_PRECONDITION
+// otherwise, nothing changed) checks only the index, the owner table and
+// the tier. A slot pinned for a reader whose checkpoint was unindexed (and
+// whose holder went) passes all three; Restore then writes the images over
+// slots 0.. (the pinned one included), enables checksums, files slot 0, and
+// fails at the pinned slot with INTERNAL ("restore_checkpoint" broken
+// invariant), leaving a partial restore. Expected: FAILED_PRECONDITION
+// before anything is written.
+TEST(WarmRestartMemoryTest, BUG_ARestoreOverAPinnedSlotIsRefusedUpFront) {
+  Memory a(8, "wr_pinned_src");
+  PublishFour(a);
+  const Images images = DeviceImages(a);
+
+  Memory b(8, "wr_pinned");
+  SlotHolding first, second;
+  ASSERT_TRUE(b.memory->Admit(first, Spec({}, 0)).ok());
+  ASSERT_TRUE(b.memory->Admit(second, Spec({}, 0)).ok());
+  ASSERT_EQ(second.slots[0], 1);
+  b.Fill(1, 88);
+  // Slot 1 becomes a fork source (pinned for second's next forward)...
+  absl::StatusOr<CheckpointOutcome> forked =
+      b.memory->Checkpoint(second, kBlock, 1, 500);
+  ASSERT_TRUE(forked.ok() && forked->kept);
+  ASSERT_EQ(forked->fork_src, 1);
+  // ...its KV block dies (unindexed), and both requests go; the pin stays
+  // on the caller's clock until its next tick.
+  const std::vector<int64_t> dead = {500};
+  ASSERT_EQ(*b.memory->Unindex(dead), 1);
+  ASSERT_TRUE(b.memory->Release(first, /*drop_reader=*/false).ok());
+  ASSERT_TRUE(b.memory->Release(second, /*drop_reader=*/false).ok());
+  ASSERT_TRUE(*b.memory->pool().IsPinned(1));
+  ASSERT_EQ(b.memory->pool().NumIndexed(), 0);
+  ASSERT_EQ(b.memory->NumOwned(), 0);
+  const PoolSnapshot before = b.memory->pool().Dump();
+
+  const absl::StatusOr<SlotMemory::RestoreCounts> counts =
+      b.memory->Restore(images.Restore(), {});
+  EXPECT_EQ(counts.status().code(), absl::StatusCode::kFailedPrecondition)
+      << counts.status();
+  EXPECT_EQ(b.memory->pool().Dump(), before);
+  EXPECT_TRUE(b.Holds(1, 88)) << "the pinned slot's bytes were overwritten";
+  EXPECT_EQ(*b.memory->Lookup(14), -1) << "a partial restore was filed";
+}
+
 }  // namespace
 }  // namespace statecache
