@@ -24,7 +24,8 @@ FUZZ_SECONDS ?= 45
 CMAKE_FLAGS ?= -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
 .PHONY: all deps deps-run daemon build run test test-main test-asan \
-  test-tsan test-fuzz fuzz-build test-fuzz-pool test-fuzz-step clean
+  test-tsan test-fuzz fuzz-build test-fuzz-pool test-fuzz-step \
+  test-fuzz-saved-state clean
 all: build
 
 # The two package sets (.ci/install-deps says what each holds).
@@ -77,7 +78,7 @@ test-asan: deps
 	@cmake --build $(ASAN_BUILD) -j $(JOBS) --target \
 	  statecache_unit_tests statecache-replay statecache_service_tests \
 	  statecache_proto_tests statecache_device_tests statecache_region_probe \
-	  pool_fuzz_replay step_fuzz_replay
+	  pool_fuzz_replay step_fuzz_replay saved_state_fuzz_replay
 	cd $(ASAN_BUILD) && ctest --output-on-failure -j $(JOBS) \
 	  -L 'unit|parity|proto|service|device|fuzz' --output-junit junit.xml
 
@@ -102,14 +103,17 @@ test-tsan: deps
 # target for FUZZ_SECONDS: pool_fuzz, arbitrary call sequences on the pool;
 # step_fuzz, arbitrary Steps (raw bytes, lists, bent packed columns) on the
 # daemon's core. Invariants are checked after every call, and a refusal must
-# leave everything as it was.
-test-fuzz: test-fuzz-pool test-fuzz-step
+# leave everything as it was. saved_state_fuzz: the warm restart's state
+# index decoded from arbitrary bytes (test-fuzz-saved-state).
+test-fuzz: test-fuzz-pool test-fuzz-step test-fuzz-saved-state
 
 fuzz-build: deps
 	$(call configure,$(FUZZ_BUILD),-DSTATECACHE_TESTS=ON -DSTATECACHE_FUZZ=ON \
 	  -DSTATECACHE_CORE_ONLY=OFF -DSTATECACHE_SANITIZE=ON,CXX=clang++)
-	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target pool_fuzz step_fuzz
-	@mkdir -p $(FUZZ_BUILD)/corpus $(FUZZ_BUILD)/step-corpus
+	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target pool_fuzz step_fuzz \
+	  saved_state_fuzz
+	@mkdir -p $(FUZZ_BUILD)/corpus $(FUZZ_BUILD)/step-corpus \
+	  $(FUZZ_BUILD)/saved-state-corpus
 
 test-fuzz-pool: fuzz-build
 	$(FUZZ_BUILD)/bin/pool_fuzz -max_total_time=$(FUZZ_SECONDS) -max_len=512 \
@@ -118,6 +122,11 @@ test-fuzz-pool: fuzz-build
 test-fuzz-step: fuzz-build
 	$(FUZZ_BUILD)/bin/step_fuzz -max_total_time=$(FUZZ_SECONDS) -max_len=1024 \
 	  -print_final_stats=1 $(FUZZ_BUILD)/step-corpus tests/fuzz/step_seeds
+
+test-fuzz-saved-state: fuzz-build
+	$(FUZZ_BUILD)/bin/saved_state_fuzz -max_total_time=$(FUZZ_SECONDS) \
+	  -max_len=1024 -print_final_stats=1 $(FUZZ_BUILD)/saved-state-corpus \
+	  tests/fuzz/saved_state_seeds
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD)

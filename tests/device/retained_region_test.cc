@@ -1,0 +1,423 @@
+// Regions kept for a warm restart: their names (FormatRetainedShmName), which
+// no stale-object cleanup removes; a HostDevice with retain=true that leaves
+// its object behind only once KeepOnExit(true) was called; and
+// RetainedRegion, which opens only a retained name of its prefix whose owner
+// lock is free, and reads back exactly the images the HostDevice's slots
+// held (slot-major and layer-major), never a byte outside its mapping.
+#include "daemon/device/retained_region.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/device/host_device.h"
+#include "daemon/device/shm_name.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/device/pattern.h"
+
+namespace statecache {
+
+namespace {
+
+using ::testing::Contains;
+using ::testing::Not;
+using ::testing::UnorderedElementsAre;
+
+bool Exists(const std::string& name) {  // name with or without the '/'
+  struct stat st;
+  const std::string bare = name.front() == '/' ? name.substr(1) : name;
+  return stat(("/dev/shm/" + bare).c_str(), &st) == 0;
+}
+
+void MakeObject(const std::string& name) {
+  const int fd = shm_open(("/" + name).c_str(), O_RDWR | O_CREAT, 0600);
+  ASSERT_GE(fd, 0) << name;
+  close(fd);
+}
+
+pid_t DeadPid() {
+  const pid_t pid = fork();
+  if (pid == 0) _exit(0);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return pid;
+}
+
+uint64_t NextEpoch() {
+  static uint64_t epoch = 5000;
+  return ++epoch;
+}
+
+// Unlinks a shared-memory object at the end of a test, whatever happened.
+struct Unlinker {
+  std::string name;
+  ~Unlinker() {
+    if (!name.empty()) shm_unlink(name.c_str());
+  }
+};
+
+TEST(RetainedShmNameTest, FormatsAndRecognisesRetainedNames) {
+  const ShmOwner owner = {4321, 8765};
+  const std::string kept = FormatRetainedShmName("statecache", 9, owner);
+  EXPECT_EQ(kept, FormatShmName("statecache", 9, owner) + "-kept");
+  EXPECT_EQ(kept, "/statecache-9-4321-8765-kept");
+  EXPECT_TRUE(IsRetainedShmName(kept, "statecache"));
+  EXPECT_TRUE(IsRetainedShmName(kept.substr(1), "statecache"));
+  // Only the name as formatted, of this prefix.
+  for (const std::string& bad : std::vector<std::string>{
+           FormatShmName("statecache", 9, owner),  // not retained
+           "/statecache-9-4321-8765-kept-kept", "/statecache-9-4321-kept",
+           "/statecache-9-4321-8765-kep", "/statecache-9-4321-8765kept",
+           "/statecache-x-4321-8765-kept", "/statecache-9-0-8765-kept", "-kept",
+           "kept", "", "/other-9-4321-8765-kept",
+           "/statecachex-9-4321-8765-kept"}) {
+    EXPECT_FALSE(IsRetainedShmName(bad, "statecache")) << bad;
+  }
+  EXPECT_FALSE(IsRetainedShmName(kept, "other"));
+  EXPECT_FALSE(IsRetainedShmName("/bad-prefix-9-4321-8765-kept", "bad-prefix"));
+  // A retained name is not a daemon's live name: stale cleanup, which acts
+  // only on names ParseShmName accepts, never sees it.
+  EXPECT_FALSE(ParseShmName(kept, "statecache").has_value());
+  EXPECT_FALSE(ParseShmName(kept.substr(1), "statecache").has_value());
+  // Round trip over a few owners and epochs.
+  for (uint64_t epoch : {uint64_t{0}, uint64_t{1}, ~uint64_t{0}}) {
+    for (const ShmOwner& o : {ShmOwner{1, 0}, ShmOwner{INT32_MAX, ~uint64_t{0}},
+                              CurrentShmOwner()}) {
+      const std::string name = FormatRetainedShmName("p_1.x", epoch, o);
+      EXPECT_TRUE(IsRetainedShmName(name, "p_1.x")) << name;
+      EXPECT_FALSE(ParseShmName(name, "p_1.x").has_value()) << name;
+      const std::string plain = FormatShmName("p_1.x", epoch, o);
+      EXPECT_FALSE(IsRetainedShmName(plain, "p_1.x")) << plain;
+    }
+  }
+}
+
+TEST(RetainedShmNameTest, StaleCleanupLeavesARetainedObjectOfADeadOwner) {
+  const std::string prefix = absl::StrCat("scretained", getpid());
+  const ShmOwner dead = {DeadPid(), 5};
+  const std::string kept = FormatRetainedShmName(prefix, 1, dead).substr(1);
+  const std::string stale = FormatShmName(prefix, 2, dead).substr(1);
+  MakeObject(kept);
+  MakeObject(stale);
+  Unlinker cleanup{"/" + kept};
+  absl::StatusOr<std::vector<std::string>> removed = CleanupStaleShm(prefix);
+  ASSERT_TRUE(removed.ok()) << removed.status();
+  // The cleanup ran (the plain stale object went) and left the kept one.
+  EXPECT_THAT(*removed, UnorderedElementsAre(stale));
+  EXPECT_THAT(*removed, Not(Contains(kept)));
+  EXPECT_FALSE(Exists(stale));
+  EXPECT_TRUE(Exists(kept));
+  // Again: still there.
+  removed = CleanupStaleShm(prefix);
+  ASSERT_TRUE(removed.ok());
+  EXPECT_TRUE(removed->empty());
+  EXPECT_TRUE(Exists(kept));
+}
+
+// Padding in two of three pieces (120 -> 128, 14 -> 16), three layers.
+StateLayout ImageLayout() {
+  return *StateLayout::Create("kept",
+                              {{"conv", {3, 40}, DType::kBF16},
+                               {"ssm", {2, 5, 3}, DType::kF32},
+                               {"gate", {7}, DType::kBF16}},
+                              3);
+}
+
+class RetainedRegionTest : public ::testing::TestWithParam<Arrangement> {
+ protected:
+  static constexpr char kPrefix[] = "statecache_kept";
+
+  std::unique_ptr<HostDevice> MakeDevice(int64_t num_slots, int64_t max_slots,
+                                         bool retain) {
+    HostDeviceOptions options;
+    options.layout = ImageLayout().WithArrangement(GetParam());
+    options.num_slots = num_slots;
+    options.max_slots = max_slots;
+    options.epoch = NextEpoch();
+    options.prefix = kPrefix;
+    options.retain = retain;
+    absl::StatusOr<std::unique_ptr<HostDevice>> device =
+        HostDevice::Create(options);
+    EXPECT_TRUE(device.ok()) << device.status();
+    if (!device.ok()) return nullptr;
+    // Whatever the test does, the object goes at the end.
+    unlink_.push_back(std::make_unique<Unlinker>());
+    unlink_.back()->name = (*device)->shm_name();
+    return std::move(*device);
+  }
+
+  // Every byte of every piece of every slot (padding included), through
+  // the daemon's mapping: PatternByte(seed, slot, ...).
+  static void FillSlots(const HostDevice& device, uint64_t seed) {
+    const StateLayout& l = device.layout();
+    const int64_t capacity = device.Export().capacity_slots;
+    for (int64_t slot = 0; slot < device.num_slots(); ++slot) {
+      for (int64_t layer = 0; layer < l.num_layers(); ++layer) {
+        for (int tensor = 0; tensor < l.num_tensors(); ++tensor) {
+          char* piece =
+              device.base() + l.PieceOffset(tensor, layer, slot, capacity);
+          for (uint64_t i = 0; i < l.padded_piece_bytes(tensor); ++i) {
+            piece[i] = static_cast<char>(
+                testing::PatternByte(seed, slot, tensor, layer, i));
+          }
+        }
+      }
+    }
+  }
+  // A slot's image as the pattern says it (pieces in [layer][tensor]
+  // order), independent of the layout's offsets.
+  static std::vector<char> Image(const StateLayout& l, uint64_t seed,
+                                 int64_t slot) {
+    std::vector<char> image;
+    for (int64_t layer = 0; layer < l.num_layers(); ++layer) {
+      for (int tensor = 0; tensor < l.num_tensors(); ++tensor) {
+        for (uint64_t i = 0; i < l.padded_piece_bytes(tensor); ++i) {
+          image.push_back(static_cast<char>(
+              testing::PatternByte(seed, slot, tensor, layer, i)));
+        }
+      }
+    }
+    return image;
+  }
+
+  std::vector<std::unique_ptr<Unlinker>> unlink_;
+};
+
+TEST_P(RetainedRegionTest, KeepOnExitDecidesWhetherTheObjectOutlivesIt) {
+  {
+    // retain=true, KeepOnExit(true): left behind.
+    std::unique_ptr<HostDevice> device = MakeDevice(4, 8, /*retain=*/true);
+    ASSERT_NE(device, nullptr);
+    const std::string name = device->shm_name();
+    EXPECT_TRUE(IsRetainedShmName(name, kPrefix)) << name;
+    EXPECT_EQ(device->Export().handle, name);
+    device->KeepOnExit(true);
+    device.reset();
+    EXPECT_TRUE(Exists(name));
+  }
+  {
+    // retain=true without KeepOnExit: unlinked (a daemon that never got to
+    // name it in its state directory leaks nothing).
+    std::unique_ptr<HostDevice> device = MakeDevice(4, 8, true);
+    ASSERT_NE(device, nullptr);
+    const std::string name = device->shm_name();
+    ASSERT_TRUE(Exists(name));
+    device.reset();
+    EXPECT_FALSE(Exists(name));
+  }
+  {
+    // KeepOnExit(true) then (false): a clean shutdown lets it go.
+    std::unique_ptr<HostDevice> device = MakeDevice(4, 8, true);
+    ASSERT_NE(device, nullptr);
+    const std::string name = device->shm_name();
+    device->KeepOnExit(true);
+    device->KeepOnExit(false);
+    device.reset();
+    EXPECT_FALSE(Exists(name));
+  }
+  {
+    // retain=false: an ordinary name, unlinked.
+    std::unique_ptr<HostDevice> device = MakeDevice(4, 8, false);
+    ASSERT_NE(device, nullptr);
+    const std::string name = device->shm_name();
+    EXPECT_FALSE(IsRetainedShmName(name, kPrefix));
+    EXPECT_TRUE(ParseShmName(name, kPrefix).has_value());
+    device.reset();
+    EXPECT_FALSE(Exists(name));
+  }
+}
+
+TEST_P(RetainedRegionTest, OpensOnlyARetainedNameWhoseOwnerIsGone) {
+  std::unique_ptr<HostDevice> device = MakeDevice(4, 8, /*retain=*/true);
+  ASSERT_NE(device, nullptr);
+  const std::string name = device->shm_name();
+  const uint64_t bytes = device->Export().region_bytes;
+
+  // Not a retained name of this prefix: refused before anything is opened.
+  const std::string plain =
+      FormatShmName(kPrefix, NextEpoch(), CurrentShmOwner());
+  for (const std::string& bad :
+       {plain, name.substr(1), name + "x", std::string("/etc/passwd"),
+        std::string("/../dev/shm") + name, std::string("")}) {
+    EXPECT_EQ(RetainedRegion::Open(bad, kPrefix, 0).status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << bad;
+  }
+  EXPECT_EQ(RetainedRegion::Open(name, "statecache_other", 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  // The live HostDevice holds the owner lock.
+  absl::StatusOr<RetainedRegion> held =
+      RetainedRegion::Open(name, kPrefix, bytes);
+  EXPECT_EQ(held.status().code(), absl::StatusCode::kFailedPrecondition)
+      << held.status();
+
+  device->KeepOnExit(true);
+  device.reset();
+  ASSERT_TRUE(Exists(name));
+  // Shorter than the index said: refused.
+  EXPECT_EQ(RetainedRegion::Open(name, kPrefix, bytes + 1).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  {
+    absl::StatusOr<RetainedRegion> region =
+        RetainedRegion::Open(name, kPrefix, bytes);
+    ASSERT_TRUE(region.ok()) << region.status();
+    EXPECT_EQ(region->handle(), name);
+    // One opener at a time: the first holds the lock now, and a move
+    // carries it.
+    EXPECT_EQ(RetainedRegion::Open(name, kPrefix, bytes).status().code(),
+              absl::StatusCode::kFailedPrecondition);
+    RetainedRegion moved = std::move(*region);
+    EXPECT_EQ(moved.handle(), name);
+    EXPECT_EQ(RetainedRegion::Open(name, kPrefix, bytes).status().code(),
+              absl::StatusCode::kFailedPrecondition);
+  }
+  // Closed without Remove: the object stays, the lock goes.
+  EXPECT_TRUE(Exists(name));
+  absl::StatusOr<RetainedRegion> again =
+      RetainedRegion::Open(name, kPrefix, bytes);
+  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_TRUE(again->Remove().ok());
+  EXPECT_FALSE(Exists(name));
+  EXPECT_TRUE(again->Remove().ok());  // already gone: fine
+  // Gone: NOT_FOUND.
+  EXPECT_EQ(RetainedRegion::Open(name, kPrefix, 0).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_P(RetainedRegionTest, ReadsTheImagesTheDevicesSlotsHeld) {
+  const int64_t kSlots = 6, kMax = 10;
+  std::unique_ptr<HostDevice> device = MakeDevice(kSlots, kMax, true);
+  ASSERT_NE(device, nullptr);
+  FillSlots(*device, 17);
+  const RegionExport exported = device->Export();
+  const StateLayout layout = device->layout();
+  const std::string name = device->shm_name();
+  const int64_t capacity = exported.capacity_slots;
+  if (GetParam() == Arrangement::kLayerMajor) {
+    ASSERT_EQ(capacity, kMax);  // laid out once for max_slots
+  } else {
+    ASSERT_EQ(capacity, kSlots);
+  }
+  // What ReadSlots into staging says, for comparison with the region read
+  // after the device is gone.
+  const uint64_t b = layout.bytes_per_slot();
+  const std::vector<int64_t> slots = {5, 0, 3, 3, 1};
+  absl::StatusOr<std::unique_ptr<HostStaging>> staging =
+      device->AllocateStaging(slots.size() * b);
+  ASSERT_TRUE(staging.ok());
+  std::vector<SlotImage> images;
+  for (int64_t slot : slots) images.push_back({slot, images.size() * b});
+  ASSERT_TRUE(device->ReadSlots(**staging, images).ok());
+  const std::vector<char> from_device((*staging)->data(),
+                                      (*staging)->data() + slots.size() * b);
+  device->KeepOnExit(true);
+  device.reset();
+
+  absl::StatusOr<RetainedRegion> region =
+      RetainedRegion::Open(name, kPrefix, exported.region_bytes);
+  ASSERT_TRUE(region.ok()) << region.status();
+  std::vector<char> out(slots.size() * b, 0);
+  ASSERT_TRUE(
+      region->ReadImages(layout, capacity, slots, absl::MakeSpan(out)).ok());
+  EXPECT_TRUE(out == from_device);
+  for (size_t k = 0; k < slots.size(); ++k) {
+    const std::vector<char> want = Image(layout, 17, slots[k]);
+    EXPECT_EQ(std::memcmp(out.data() + k * b, want.data(), b), 0)
+        << "image " << k << " (slot " << slots[k] << ")";
+  }
+  // Slots are told apart.
+  EXPECT_NE(std::memcmp(out.data(), out.data() + b, b), 0);
+
+  // Refused reads leave `out` as it was.
+  std::vector<char> untouched(2 * b, '\x5a');
+  const std::vector<char> before = untouched;
+  struct Case {
+    const char* what;
+    int64_t capacity;
+    std::vector<int64_t> slots;
+  };
+  const std::vector<Case> cases = {
+      {"a slot past the capacity", capacity, {0, capacity}},
+      {"a negative slot", capacity, {-1}},
+      // A capacity the mapping does not hold: slot-major, the slot's bytes
+      // lie past the end; layer-major, every layer's block moves out.
+      {"a capacity past the mapping", capacity * 4, {0, capacity * 4 - 1}},
+  };
+  for (const Case& c : cases) {
+    const absl::Status st = region->ReadImages(layout, c.capacity, c.slots,
+                                               absl::MakeSpan(untouched));
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument)
+        << c.what << ": " << st;
+    EXPECT_TRUE(untouched == before) << c.what;
+  }
+  // Too little room in `out` for the images asked.
+  std::vector<char> small(b, 0);
+  EXPECT_FALSE(
+      region->ReadImages(layout, capacity, {0, 1}, absl::MakeSpan(small)).ok());
+
+  // The mapping outlives Remove.
+  ASSERT_TRUE(region->Remove().ok());
+  EXPECT_FALSE(Exists(name));
+  std::vector<char> after(b, 0);
+  const int64_t one[] = {3};
+  ASSERT_TRUE(
+      region->ReadImages(layout, capacity, one, absl::MakeSpan(after)).ok());
+  EXPECT_TRUE(after == Image(layout, 17, 3));
+}
+
+// The capacity the index names decides where a layer-major region's pieces
+// are (every (layer, tensor) block is capacity slots long); a slot-major
+// region's do not move with it.
+TEST_P(RetainedRegionTest, OnlyALayerMajorReadDependsOnTheCapacity) {
+  std::unique_ptr<HostDevice> device = MakeDevice(4, 8, true);
+  ASSERT_NE(device, nullptr);
+  FillSlots(*device, 23);
+  const RegionExport exported = device->Export();
+  const StateLayout layout = device->layout();
+  const std::string name = device->shm_name();
+  device->KeepOnExit(true);
+  device.reset();
+  absl::StatusOr<RetainedRegion> region =
+      RetainedRegion::Open(name, kPrefix, exported.region_bytes);
+  ASSERT_TRUE(region.ok()) << region.status();
+  // Slot 0 at capacity 16: layer-major, its later layers' pieces lie past
+  // the 8-slot object; slot-major, it is where it always is.
+  std::vector<char> out(layout.bytes_per_slot(), '\x11');
+  const std::vector<char> before = out;
+  const int64_t zero[] = {0};
+  const absl::Status st =
+      region->ReadImages(layout, 16, zero, absl::MakeSpan(out));
+  if (GetParam() == Arrangement::kLayerMajor) {
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+    EXPECT_TRUE(out == before);
+  } else {
+    ASSERT_TRUE(st.ok()) << st;
+    EXPECT_TRUE(out == Image(layout, 23, 0));
+  }
+  ASSERT_TRUE(region
+                  ->ReadImages(layout, exported.capacity_slots, zero,
+                               absl::MakeSpan(out))
+                  .ok());
+  EXPECT_TRUE(out == Image(layout, 23, 0));
+}
+
+INSTANTIATE_TEST_SUITE_P(Arrangements, RetainedRegionTest,
+                         ::testing::Values(Arrangement::kSlotMajor,
+                                           Arrangement::kLayerMajor),
+                         [](const auto& param) {
+                           return std::string(ArrangementName(param.param));
+                         });
+
+}  // namespace
+}  // namespace statecache

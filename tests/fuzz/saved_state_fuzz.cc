@@ -1,0 +1,54 @@
+// libFuzzer target: DecodeSavedState (daemon/core/saved_state.h) on
+// arbitrary bytes. It never crashes, and whatever it accepts re-encodes to
+// bytes that decode to the same value (and, the encoding being canonical,
+// to the very bytes it accepted).
+//
+// The first byte picks the mode: even, the rest is decoded as it is; odd,
+// the rest has its last 8 bytes replaced by the checksum of the bytes before
+// them, so the fuzzer reaches the parser behind the checksum instead of
+// spending itself on the checksum alone.
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+
+#include "daemon/common/checksum.h"
+#include "daemon/core/saved_state.h"
+
+namespace {
+
+void Check(bool ok, const char* what) {
+  if (!ok) {
+    std::fprintf(stderr, "saved_state_fuzz: %s\n", what);
+    std::abort();
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace statecache;
+  if (size == 0) return 0;
+  std::string bytes(reinterpret_cast<const char*>(data) + 1, size - 1);
+  if ((data[0] & 1) != 0 && bytes.size() >= 8) {
+    const size_t body = bytes.size() - 8;
+    const uint64_t sum = Checksum(bytes.data(), body);
+    for (int i = 0; i < 8; ++i) {
+      bytes[body + i] = static_cast<char>(sum >> (8 * i));
+    }
+  }
+  const absl::StatusOr<SavedState> decoded = DecodeSavedState(bytes);
+  if (!decoded.ok()) {
+    Check(decoded.status().code() == absl::StatusCode::kDataLoss,
+          "a refusal that is not DATA_LOSS");
+    return 0;
+  }
+  const std::string again = EncodeSavedState(*decoded);
+  const absl::StatusOr<SavedState> redecoded = DecodeSavedState(again);
+  Check(redecoded.ok(), "a re-encoding that does not decode");
+  Check(*redecoded == *decoded, "a re-encoding that decodes to another value");
+  Check(again == bytes, "an accepted encoding that is not canonical");
+  return 0;
+}
