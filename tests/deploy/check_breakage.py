@@ -66,6 +66,22 @@ CASES = [
      "expr: increase(statecache_host_tier_copy_failures_total[10m]) > 1\n",
      "copy-failure alert that ignores a single device fault",
      r"statecache\.rules\.test\.yml: promtool test rules failed"),
+    ("prometheus-test", "prometheus/statecache.rules.yml",
+     "expr: increase(statecache_state_dir_save_failures_total[10m]) > 0\n",
+     "expr: increase(statecache_state_dir_save_failures_total[10m]) > 1\n",
+     "save-failure alert that ignores a single failed index write",
+     r"statecache\.rules\.test\.yml: promtool test rules failed"),
+    ("prometheus-test", "prometheus/statecache.rules.yml",
+     "          time() - statecache_start_time_seconds < 3600\n        labels:\n"
+     "          severity: warning\n        annotations:\n          summary: >-\n"
+     "            statecache {{ $labels.instance }}{{ with $labels.gpu }} (gpu {{ . }}){{ end }}:\n"
+     "            the warm restart dropped",
+     "          time() - statecache_start_time_seconds > 0\n        labels:\n"
+     "          severity: warning\n        annotations:\n          summary: >-\n"
+     "            statecache {{ $labels.instance }}{{ with $labels.gpu }} (gpu {{ . }}){{ end }}:\n"
+     "            the warm restart dropped",
+     "dropped-checkpoints alert that fires for the life of the process",
+     r"statecache\.rules\.test\.yml: promtool test rules failed"),
     ("prometheus-rules", "prometheus/statecache.rules.yml",
      "rate(statecache_checkpoints_orphaned_total[30m])\n              / rate",
      "rate(statecache_checkpoint_orphaned_total[30m])\n              / rate",

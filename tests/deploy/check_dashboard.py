@@ -11,7 +11,7 @@
   recording rule of a temporary rules file for `promtool check rules`;
 - every metric, label and label value named exists (statecache_metrics.txt),
   and the panels cover checkpoint fates, occupancy, hit ratio, both latency
-  histograms, copy throughput and the host tier.
+  histograms, copy throughput, the host tier and warm restart.
 
 promtool is taken from $PROMTOOL, else PATH.
 """
@@ -43,6 +43,10 @@ REQUIRED_METRICS = {
     # The host tier: its thrash signal, room and copy failures.
     "statecache_checkpoints_demoted_total", "statecache_host_tier_evicted_total",
     "statecache_host_tier_bytes", "statecache_host_tier_copy_failures_total",
+    # Warm restart: this start's outcome and checkpoints, the index saves.
+    "statecache_warm_restart_info", "statecache_warm_restart_checkpoints",
+    "statecache_state_dir_last_save_timestamp_seconds",
+    "statecache_state_dir_saved_checkpoints", "statecache_state_dir_save_failures_total",
 }
 
 

@@ -25,7 +25,8 @@ import deploylib
 REQUIRED_ALERTS = {"StatecachePoolThrashing", "StatecacheOrphansRising",
                    "StatecacheSlotsExhausted", "StatecacheSessionsExpiring",
                    "StatecacheDown", "StatecacheHostTierCopyFailures",
-                   "StatecacheHostTierThrashing"}
+                   "StatecacheHostTierThrashing", "StatecacheStateDirSaveFailing",
+                   "StatecacheWarmRestartDroppedCorrupt", "StatecacheWarmRestartLost"}
 
 
 def promtool():
