@@ -379,12 +379,13 @@ class SlotMemory {
   };
   // Files `device` (in order: the last ones kept when they are more than
   // the slots) as free checkpoints in slots 0.., their marks and LRU order
-  // as saved, their images copied in one batch; then `tier` (in order, the
+  // as saved, their images copied in batches; then `tier` (in order, the
   // last ones kept when the tier is smaller) into the host tier, when on.
   // Every image is checked against its checksum before anything is filed;
   // one that does not match is dropped and counted, never indexed.
   // Checksums are enabled by the call.
-  // REQUIRES: state memory; nothing held or filed yet (a fresh SlotMemory).
+  // REQUIRES: state memory; nothing held, pinned, reserved or filed yet (a
+  //   fresh SlotMemory).
   // Errors: FAILED_PRECONDITION the REQUIRES; INVALID_ARGUMENT a negative
   //   hash or a null image; the device's (nothing is filed then).
   absl::StatusOr<RestoreCounts> Restore(absl::Span<const RestoreImage> device,

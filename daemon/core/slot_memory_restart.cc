@@ -13,15 +13,15 @@
 namespace statecache {
 namespace {
 
-// The checkpoints of `images` that match their checksums, the last of each
-// hash only (in their order), counting the rest into `counts`.
+// The checkpoints of `images` that match their checksums, of each hash the
+// last that does (in their order), counting the rest into `counts`.
 std::vector<const SlotMemory::RestoreImage*> Verified(
     absl::Span<const SlotMemory::RestoreImage> images, uint64_t image_bytes,
     SlotMemory::RestoreCounts& counts) {
-  absl::flat_hash_set<int64_t> seen;
+  absl::flat_hash_set<int64_t> kept_hashes;
   std::vector<const SlotMemory::RestoreImage*> kept;
   for (auto it = images.rbegin(); it != images.rend(); ++it) {
-    if (!seen.insert(it->saved.hash).second) {
+    if (kept_hashes.contains(it->saved.hash)) {
       ++counts.duplicate;
       continue;
     }
@@ -29,11 +29,15 @@ std::vector<const SlotMemory::RestoreImage*> Verified(
       ++counts.bad_checksum;
       continue;
     }
+    kept_hashes.insert(it->saved.hash);
     kept.push_back(&*it);
   }
   std::reverse(kept.begin(), kept.end());
   return kept;
 }
+
+// The most staging memory Restore copies images through at once.
+constexpr uint64_t kRestoreStagingBytes = uint64_t{64} << 20;
 
 // At least `bytes` of staging memory in `memory`, reusing it when it is
 // big enough (grown by doubling, so a run of passes allocates rarely).
@@ -190,7 +194,10 @@ absl::StatusOr<SlotMemory::RestoreCounts> SlotMemory::Restore(
     return absl::FailedPreconditionError(
         "restore: this daemon runs without state memory");
   }
+  // Every slot free and none a checkpoint: nothing held, pinned, reserved
+  // or filed that the images could land on.
   if (pool_.NumIndexed() != 0 || NumOwned() != 0 ||
+      pool_.NumFree() != pool_.num_slots() ||
       (tier_.has_value() && tier_->size() != 0)) {
     return absl::FailedPreconditionError(
         "restore: the pool already holds checkpoints or requests");
@@ -222,16 +229,25 @@ absl::StatusOr<SlotMemory::RestoreCounts> SlotMemory::Restore(
 
   RETURN_IF_ERROR(EnableChecksums());
   if (!onto_device.empty()) {
+    // In batches through one staging memory of bounded size: a pool-sized
+    // one would cost more in fresh pages than the copy itself.
+    const size_t batch = std::max<size_t>(
+        1, std::min<size_t>(onto_device.size(),
+                            kRestoreStagingBytes / image_bytes));
     std::unique_ptr<HostStaging> staging;
-    RETURN_IF_ERROR(
-        EnsureStaging(*device_, onto_device.size() * image_bytes, staging));
+    RETURN_IF_ERROR(EnsureStaging(*device_, batch * image_bytes, staging));
     std::vector<SlotImage> images;
-    for (const RestoreImage* image : onto_device) {
-      const uint64_t offset = images.size() * image_bytes;
-      std::memcpy(staging->data() + offset, image->bytes, image_bytes);
-      images.push_back(SlotImage{static_cast<int64_t>(images.size()), offset});
+    for (size_t first = 0; first < onto_device.size(); first += batch) {
+      images.clear();
+      const size_t end = std::min(onto_device.size(), first + batch);
+      for (size_t slot = first; slot < end; ++slot) {
+        const uint64_t offset = images.size() * image_bytes;
+        std::memcpy(staging->data() + offset, onto_device[slot]->bytes,
+                    image_bytes);
+        images.push_back(SlotImage{static_cast<int64_t>(slot), offset});
+      }
+      RETURN_IF_ERROR(device_->WriteSlots(*staging, images).status());
     }
-    RETURN_IF_ERROR(device_->WriteSlots(*staging, images).status());
     for (size_t slot = 0; slot < onto_device.size(); ++slot) {
       const SavedCheckpoint& c = onto_device[slot]->saved;
       if (absl::Status st = pool_.RestoreCheckpoint(static_cast<int64_t>(slot),

@@ -113,6 +113,20 @@ absl::Status RetainedRegion::ReadImages(const StateLayout& layout,
   return absl::OkStatus();
 }
 
+absl::StatusOr<const char*> RetainedRegion::ImageInPlace(
+    const StateLayout& layout, int64_t slot) const {
+  if (layout.arrangement() != Arrangement::kSlotMajor) {
+    return absl::FailedPreconditionError(
+        "a layer-major slot is not one range: read it with ReadImages");
+  }
+  const uint64_t image_bytes = layout.bytes_per_slot();
+  if (slot < 0 || static_cast<uint64_t>(slot) >= size_ / image_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        handle_, ": slot ", slot, " lies outside its ", size_, " bytes"));
+  }
+  return base_ + static_cast<uint64_t>(slot) * image_bytes;
+}
+
 absl::Status RetainedRegion::Remove() {
   if (shm_unlink(handle_.c_str()) != 0 && errno != ENOENT) {
     return OsError("shm_unlink", handle_, errno);

@@ -47,6 +47,13 @@ class RetainedRegion {
                           absl::Span<const int64_t> slots,
                           absl::Span<char> out) const;
 
+  // Where the image of `slot` lies in a slot-major region (one slot is one
+  // range, laid out as SlotImage says): read in place, no copy.
+  // Errors: FAILED_PRECONDITION a layer-major layout (use ReadImages);
+  //   INVALID_ARGUMENT a negative slot or one outside the mapping.
+  absl::StatusOr<const char*> ImageInPlace(const StateLayout& layout,
+                                           int64_t slot) const;
+
   // Unlinks the object; the mapping stays valid until destroyed.
   absl::Status Remove();
 

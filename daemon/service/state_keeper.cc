@@ -120,18 +120,32 @@ absl::Status StateKeeper::RestoreFrom(const SavedState& saved) {
     absl::Status st = opened.status();
     if (st.ok()) {
       region.emplace(*std::move(opened));
-      std::vector<int64_t> slots;
-      for (const auto& c : saved.device) slots.push_back(c.location);
-      region_images.resize(slots.size() * image_bytes);
-      st = region->ReadImages(layout, saved.region.capacity, slots,
-                              absl::MakeSpan(region_images));
-    }
-    if (st.ok()) {
-      for (size_t k = 0; k < saved.device.size(); ++k) {
-        device.push_back(
-            {saved.device[k], region_images.data() + k * image_bytes});
+      if (layout.arrangement() == Arrangement::kSlotMajor) {
+        // Each image is one range of the old region: checked and copied
+        // from where it lies.
+        for (const SlotMemory::SavedCheckpoint& c : saved.device) {
+          absl::StatusOr<const char*> at =
+              region->ImageInPlace(layout, c.location);
+          if (!at.ok()) {
+            st = at.status();
+            break;
+          }
+          device.push_back({c, *at});
+        }
+      } else {
+        std::vector<int64_t> slots;
+        for (const auto& c : saved.device) slots.push_back(c.location);
+        region_images.resize(slots.size() * image_bytes);
+        st = region->ReadImages(layout, saved.region.capacity, slots,
+                                absl::MakeSpan(region_images));
+        for (size_t k = 0; st.ok() && k < saved.device.size(); ++k) {
+          device.push_back(
+              {saved.device[k], region_images.data() + k * image_bytes});
+        }
       }
-    } else {
+    }
+    if (!st.ok()) {
+      device.clear();
       device_trouble = std::string(st.message());
     }
   } else if (!saved.device_images.empty()) {

@@ -575,16 +575,10 @@ TEST(WarmRestartMemoryTest, ATierImageCorruptedAfterDemotionIsAMissAndErased) {
   EXPECT_EQ(m.memory->host_tier_stats().promotions, 1);
 }
 
-// BUG (unfixed; daemon/core/slot_memory_restart.cc, SlotMemory::Restore):
-// Restore's precondition ("nothing held or filed yet", FAILED_PRECONDITION
-// otherwise, nothing changed) checks only the index, the owner table and
-// the tier. A slot pinned for a reader whose checkpoint was unindexed (and
-// whose holder went) passes all three; Restore then writes the images over
-// slots 0.. (the pinned one included), enables checksums, files slot 0, and
-// fails at the pinned slot with INTERNAL ("restore_checkpoint" broken
-// invariant), leaving a partial restore. Expected: FAILED_PRECONDITION
-// before anything is written.
-TEST(WarmRestartMemoryTest, BUG_ARestoreOverAPinnedSlotIsRefusedUpFront) {
+// Restore's precondition ("nothing held or filed yet") covers a slot still
+// pinned for a reader whose checkpoint was unindexed and whose holder went:
+// it is refused before anything is written, not left half restored.
+TEST(WarmRestartMemoryTest, ARestoreOverAPinnedSlotIsRefusedUpFront) {
   Memory a(8, "wr_pinned_src");
   PublishFour(a);
   const Images images = DeviceImages(a);

@@ -88,12 +88,17 @@ def resume_checked(session, prompts):
     return missed
 
 
+@pytest.mark.parametrize("arrangement", ["slot_major", "layer_major"])
 def test_sigkill_keeps_the_checkpoints_and_their_bytes(start_daemon,
-                                                       state_dir):
-    daemon = start(start_daemon, state_dir)
+                                                       state_dir,
+                                                       arrangement):
+    flags = (["--layer_major", "--max_slots=%d" % POOL]
+             if arrangement == "layer_major" else [])
+    daemon = start(start_daemon, state_dir, *flags)
     with statecache.Client.connect(daemon.address) as client, \
             attach(client) as session:
         assert warm(client).outcome == "cold"
+        assert session.memory.arrangement == arrangement
         for p in range(4):
             publish(session, p)
         wait_saved(client, 4)
