@@ -15,6 +15,7 @@ its output shown as it comes and kept in BUILD/suite-logs/STAGE.log:
                                 under ThreadSanitizer (any report fails)
   pool_fuzz    make test-fuzz-pool   libFuzzer, FUZZ_SECONDS each
   step_fuzz    make test-fuzz-step
+  saved_state_fuzz  make test-fuzz-saved-state
 
 Then one table a person reads at a glance: each stage's count and result
 (the main suite broken down by ctest label), what was not run and why
@@ -243,7 +244,8 @@ def main():
     parser.add_argument("--fuzz-build", default="build-fuzz")
     parser.add_argument("--fuzz-seconds", default="45")
     parser.add_argument("--stages",
-                        default="main,asan,tsan,pool_fuzz,step_fuzz",
+                        default="main,asan,tsan,pool_fuzz,step_fuzz,"
+                        "saved_state_fuzz",
                         help="comma-separated subset, in this order")
     args = parser.parse_args()
 
@@ -259,6 +261,9 @@ def main():
                            "test-fuzz-pool"),
         "step_fuzz": Stage(f"step_fuzz ({args.fuzz_seconds} s)",
                            "test-fuzz-step"),
+        "saved_state_fuzz": Stage(
+            f"saved_state_fuzz ({args.fuzz_seconds} s)",
+            "test-fuzz-saved-state"),
     }
     stages = [all_stages[key] for key in args.stages.split(",")]
     log_dir = os.path.join(args.build, "suite-logs")
