@@ -94,9 +94,21 @@ absl::Status SlotMemory::SealHashes(absl::Span<const int64_t> hashes) {
     sealed.push_back(hash);
   }
   if (images.empty()) return absl::OkStatus();
-  absl::Status read =
-      EnsureStaging(*device_, images.size() * image_bytes, seal_staging_);
-  if (read.ok()) read = device_->ReadSlots(*seal_staging_, images).status();
+  std::vector<uint64_t> sums(images.size());
+  absl::Status read;
+  if (device_->CanChecksumInPlace()) {
+    // Where the bytes lie: no copy on the pass.
+    std::vector<int64_t> slots_in_order;
+    slots_in_order.reserve(images.size());
+    for (const SlotImage& image : images) slots_in_order.push_back(image.slot);
+    read = device_->ChecksumSlots(slots_in_order, absl::MakeSpan(sums));
+  } else {
+    read = EnsureStaging(*device_, images.size() * image_bytes, seal_staging_);
+    if (read.ok()) read = device_->ReadSlots(*seal_staging_, images).status();
+    if (read.ok()) {
+      ChecksumImages(*seal_staging_, images, absl::MakeSpan(sums));
+    }
+  }
   if (!read.ok()) {
     // Unvouched: not saved, so never brought back.
     for (int64_t hash : sealed) checksums_.erase(hash);
@@ -104,8 +116,6 @@ absl::Status SlotMemory::SealHashes(absl::Span<const int64_t> hashes) {
                         absl::StrCat("checksums: reading ", images.size(),
                                      " checkpoints failed: ", read.message()));
   }
-  std::vector<uint64_t> sums(images.size());
-  ChecksumImages(*seal_staging_, images, absl::MakeSpan(sums));
   for (size_t i = 0; i < sealed.size(); ++i) checksums_[sealed[i]] = sums[i];
   // Forget hashes the index no longer holds, now and then, so the table
   // stays the size of the index.

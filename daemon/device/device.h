@@ -139,6 +139,23 @@ class Device {
   // memory object (host), or the whole reservation (GPU without the
   // virtual-memory API).
   virtual uint64_t CommittedBytes() const = 0;
+
+  // Whether ChecksumSlots can hash slots where they lie (a slot-major host
+  // region); otherwise a caller reads them out with ReadSlots and hashes
+  // the images.
+  virtual bool CanChecksumInPlace() const { return false; }
+  // out[k] = Checksum (daemon/common/checksum.h) of slot slots[k]'s image
+  // (SlotImage's layout), read where it lies: no copy.
+  // REQUIRES: CanChecksumInPlace(); out.size() == slots.size().
+  // Errors: INVALID_ARGUMENT a slot outside [0, num_slots()) (nothing
+  //   hashed); UNIMPLEMENTED when !CanChecksumInPlace().
+  // (Inline: the interface stays header-only, a library of its own for
+  // no backend.)
+  virtual absl::Status ChecksumSlots(absl::Span<const int64_t> slots,
+                                     absl::Span<uint64_t> out) {
+    return absl::UnimplementedError(
+        "this state memory cannot be checksummed in place");
+  }
 };
 
 // How the daemon asks for its region (flags --device_backend, --device,

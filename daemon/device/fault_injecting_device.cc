@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/common/status_macros.h"
 #include "daemon/common/string_view_compat.h"
 
 namespace statecache {
@@ -168,6 +169,19 @@ absl::StatusOr<CopyResult> FaultInjectingDevice::ReadSlots(
   return RunUnlessFaulted(
       CountCopy(DescribeImages("read", images), ImageSlots(images)),
       [&] { return base_->ReadSlots(staging, images); });
+}
+
+absl::Status FaultInjectingDevice::ChecksumSlots(
+    absl::Span<const int64_t> slots, absl::Span<uint64_t> out) {
+  // A read of the slots, failing as ReadSlots would.
+  return RunUnlessFaulted(
+             CountCopy(absl::StrCat("checksum of ", slots.size(), " slots"),
+                       std::vector<int64_t>(slots.begin(), slots.end())),
+             [&]() -> absl::StatusOr<CopyResult> {
+               RETURN_IF_ERROR(base_->ChecksumSlots(slots, out));
+               return CopyResult{};
+             })
+      .status();
 }
 
 absl::StatusOr<CopyResult> FaultInjectingDevice::WriteSlots(

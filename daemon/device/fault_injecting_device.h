@@ -12,10 +12,11 @@
 //
 // Faults:
 //   * Copy: the Nth copy from now (one-shot), every copy reading or writing
-//     a given slot, or every copy (until cleared). ReadSlots and WriteSlots
-//     are copies too (a batched copy of slots, to or from host memory):
-//     they count towards the Nth, fail when one of their images' slots is
-//     named, and are counted in Counts::copies.
+//     a given slot, or every copy (until cleared). ReadSlots, WriteSlots
+//     and ChecksumSlots are copies too (a batched copy of slots, to or from
+//     host memory, or a read of them in place): they count towards the
+//     Nth, fail when one of their slots is named, and are counted in
+//     Counts::copies.
 //   * Resize: the Nth Resize from now (one-shot), or every Resize that grows
 //     the region (an allocation that fails), until cleared.
 // A fault's error is INTERNAL unless the caller gives another (an OK one
@@ -62,7 +63,7 @@ class FaultInjectingDevice : public Device {
   // How many calls of each kind reached this device, and how many of those
   // it failed.
   struct Counts {
-    int64_t copies = 0;  // Copy, ReadSlots and WriteSlots calls
+    int64_t copies = 0;  // Copy, ReadSlots, WriteSlots, ChecksumSlots
     int64_t copies_failed = 0;
     int64_t resizes = 0;
     int64_t resizes_failed = 0;
@@ -140,6 +141,13 @@ class FaultInjectingDevice : public Device {
       const HostStaging& staging, absl::Span<const SlotImage> images) override
       ABSL_LOCKS_EXCLUDED(mu_);
   uint64_t CommittedBytes() const override { return base_->CommittedBytes(); }
+  bool CanChecksumInPlace() const override {
+    return base_->CanChecksumInPlace();
+  }
+  // Errors: as Copy's, and the wrapped device's.
+  absl::Status ChecksumSlots(absl::Span<const int64_t> slots,
+                             absl::Span<uint64_t> out) override
+      ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct OneShot {

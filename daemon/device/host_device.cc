@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "daemon/common/checksum.h"
 #include "daemon/common/status_macros.h"
 #include "daemon/common/string_view_compat.h"
 #include "daemon/device/shm_name.h"
@@ -328,6 +329,27 @@ absl::StatusOr<CopyResult> HostDevice::ReadSlots(
 absl::StatusOr<CopyResult> HostDevice::WriteSlots(
     const HostStaging& staging, absl::Span<const SlotImage> images) {
   return CopyImages(staging, images, /*to_region=*/true);
+}
+
+bool HostDevice::CanChecksumInPlace() const {
+  return options_.layout.arrangement() == Arrangement::kSlotMajor;
+}
+
+absl::Status HostDevice::ChecksumSlots(absl::Span<const int64_t> slots,
+                                       absl::Span<uint64_t> out) {
+  if (!CanChecksumInPlace()) return Device::ChecksumSlots(slots, out);
+  for (int64_t slot : slots) {
+    if (slot < 0 || slot >= num_slots_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "checksum: slot ", slot, " outside [0, ", num_slots_, ")"));
+    }
+  }
+  const uint64_t image_bytes = options_.layout.bytes_per_slot();
+  for (size_t k = 0; k < slots.size(); ++k) {
+    out[k] = Checksum(base_ + static_cast<uint64_t>(slots[k]) * image_bytes,
+                      image_bytes);
+  }
+  return absl::OkStatus();
 }
 
 uint64_t HostDevice::CommittedBytes() const {

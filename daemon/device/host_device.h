@@ -91,6 +91,9 @@ class HostDevice : public Device {
   absl::StatusOr<CopyResult> WriteSlots(
       const HostStaging& staging, absl::Span<const SlotImage> images) override;
   uint64_t CommittedBytes() const override;
+  bool CanChecksumInPlace() const override;
+  absl::Status ChecksumSlots(absl::Span<const int64_t> slots,
+                             absl::Span<uint64_t> out) override;
 
   // The object's name (with the leading '/').
   const std::string& shm_name() const { return name_; }

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/common/checksum.h"
 #include "daemon/device/host_device.h"
 #include "daemon/device/shm_name.h"
 #include "gmock/gmock.h"
@@ -418,6 +419,44 @@ INSTANTIATE_TEST_SUITE_P(Arrangements, RetainedRegionTest,
                          [](const auto& param) {
                            return std::string(ArrangementName(param.param));
                          });
+
+}  // namespace
+}  // namespace statecache
+
+namespace statecache {
+namespace {
+
+// The seal's in-place read: a slot-major region hashes each slot where it
+// lies, equal to hashing the image ReadSlots copies out; a layer-major one
+// says it cannot (the caller reads images out instead).
+TEST_P(RetainedRegionTest, ChecksumsInPlaceEqualThoseOfTheImages) {
+  std::unique_ptr<HostDevice> device = MakeDevice(6, 10, false);
+  ASSERT_NE(device, nullptr);
+  FillSlots(*device, 23);
+  const std::vector<int64_t> slots = {4, 0, 5, 2};
+  std::vector<uint64_t> sums(slots.size());
+  if (GetParam() == Arrangement::kLayerMajor) {
+    EXPECT_FALSE(device->CanChecksumInPlace());
+    EXPECT_EQ(device->ChecksumSlots(slots, absl::MakeSpan(sums)).code(),
+              absl::StatusCode::kUnimplemented);
+    return;
+  }
+  ASSERT_TRUE(device->CanChecksumInPlace());
+  ASSERT_TRUE(device->ChecksumSlots(slots, absl::MakeSpan(sums)).ok());
+  const uint64_t b = device->layout().bytes_per_slot();
+  for (size_t k = 0; k < slots.size(); ++k) {
+    const std::vector<char> image = Image(device->layout(), 23, slots[k]);
+    ASSERT_EQ(image.size(), b);
+    EXPECT_EQ(sums[k], Checksum(image.data(), image.size())) << slots[k];
+  }
+  EXPECT_NE(sums[0], sums[1]);
+  // A slot outside the region hashes nothing.
+  std::vector<uint64_t> untouched(2, 7);
+  const std::vector<int64_t> bad = {1, 6};
+  EXPECT_EQ(device->ChecksumSlots(bad, absl::MakeSpan(untouched)).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(untouched, std::vector<uint64_t>(2, 7));
+}
 
 }  // namespace
 }  // namespace statecache
