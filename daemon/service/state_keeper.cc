@@ -98,6 +98,17 @@ v1::WarmRestartStats StateKeeper::Restore() {
   return stats_;
 }
 
+absl::Status StateKeeper::MapSection(
+    const std::string& name,
+    const std::vector<SlotMemory::SavedCheckpoint>& saved, uint64_t image_bytes,
+    std::unique_ptr<MappedFile>& file,
+    std::vector<SlotMemory::RestoreImage>& images) const {
+  ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> mapped, dir_->MapImages(name));
+  ASSIGN_OR_RETURN(images, ImagesIn(*mapped, saved, image_bytes, name));
+  file = std::move(mapped);
+  return absl::OkStatus();
+}
+
 absl::Status StateKeeper::RestoreFrom(const SavedState& saved) {
   ASSIGN_OR_RETURN(const StateCache::Checkpoints now,
                    cache_->SaveCheckpoints());
@@ -149,19 +160,13 @@ absl::Status StateKeeper::RestoreFrom(const SavedState& saved) {
       device_trouble = std::string(st.message());
     }
   } else if (!saved.device_images.empty()) {
-    absl::StatusOr<std::unique_ptr<MappedFile>> file =
-        dir_->MapImages(saved.device_images);
-    absl::StatusOr<std::vector<SlotMemory::RestoreImage>> images =
-        file.ok()
-            ? ImagesIn(**file, saved.device, image_bytes, saved.device_images)
-            : file.status();
-    if (images.ok()) {
-      device_file = *std::move(file);
-      device = *std::move(images);
+    if (absl::Status st = MapSection(saved.device_images, saved.device,
+                                     image_bytes, device_file, device);
+        st.ok()) {
       device_images_ = saved.device_images;
       device_carried_ = saved.device;
     } else {
-      device_trouble = std::string(images.status().message());
+      device_trouble = std::string(st.message());
     }
   }
   if (!device_trouble.empty()) {
@@ -174,21 +179,16 @@ absl::Status StateKeeper::RestoreFrom(const SavedState& saved) {
   std::unique_ptr<MappedFile> tier_file;
   std::vector<SlotMemory::RestoreImage> tier;
   if (!saved.tier_images.empty()) {
-    absl::StatusOr<std::unique_ptr<MappedFile>> file =
-        dir_->MapImages(saved.tier_images);
-    absl::StatusOr<std::vector<SlotMemory::RestoreImage>> images =
-        file.ok() ? ImagesIn(**file, saved.tier, image_bytes, saved.tier_images)
-                  : file.status();
-    if (images.ok()) {
-      tier_file = *std::move(file);
-      tier = *std::move(images);
+    if (absl::Status st = MapSection(saved.tier_images, saved.tier, image_bytes,
+                                     tier_file, tier);
+        st.ok()) {
       tier_images_ = saved.tier_images;
       tier_carried_ = saved.tier;
     } else {
       stats_.set_dropped_unreadable(stats_.dropped_unreadable() +
                                     static_cast<int64_t>(saved.tier.size()));
       LOG_WARNING("state dir %s: tier entries unreadable: %s", dir_->path(),
-                  images.status().message());
+                  st.message());
     }
   }
   ASSIGN_OR_RETURN(const SlotMemory::RestoreCounts counts,

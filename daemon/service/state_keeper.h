@@ -68,6 +68,14 @@ class StateKeeper {
  private:
   // Restore's steps; each returns the reason it could not go on.
   absl::Status RestoreFrom(const SavedState& saved);
+  // Maps the images file `name` into `file` and points `images` at the
+  // image of each of `saved` in it.
+  // Errors: the file's (missing, unreadable), or one too short for them.
+  absl::Status MapSection(const std::string& name,
+                          const std::vector<SlotMemory::SavedCheckpoint>& saved,
+                          uint64_t image_bytes,
+                          std::unique_ptr<MappedFile>& file,
+                          std::vector<SlotMemory::RestoreImage>& images) const;
   // The index for the checkpoints as they are now.
   absl::StatusOr<SavedState> Compose();
   absl::Status Write(const SavedState& state);

@@ -22,6 +22,7 @@
 #include "daemon/device/layout_file.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/device/host_test_util.h"
 #include "tests/device/pattern.h"
 #include "tests/device/probe_process.h"
 
@@ -33,6 +34,9 @@ void PrintTo(Arrangement arrangement, std::ostream* os) {
 }
 
 namespace {
+
+using testing::FillSlots;
+using testing::Image;
 
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
@@ -254,41 +258,6 @@ StateLayout ImageLayout() {
                                {"ssm", {2, 5, 3}, DType::kF32},
                                {"gate", {7}, DType::kBF16}},
                               3);
-}
-
-// Writes every byte of every piece of slots [0, num_slots()) (padding
-// included) through the daemon's mapping: PatternByte(seed, slot, ...).
-void FillSlots(const HostDevice& device, uint64_t seed) {
-  const StateLayout& l = device.layout();
-  const int64_t capacity = device.Export().capacity_slots;
-  for (int64_t slot = 0; slot < device.num_slots(); ++slot) {
-    for (int64_t layer = 0; layer < l.num_layers(); ++layer) {
-      for (int tensor = 0; tensor < l.num_tensors(); ++tensor) {
-        char* piece =
-            device.base() + l.PieceOffset(tensor, layer, slot, capacity);
-        for (uint64_t i = 0; i < l.padded_piece_bytes(tensor); ++i) {
-          piece[i] = static_cast<char>(
-              testing::PatternByte(seed, slot, tensor, layer, i));
-        }
-      }
-    }
-  }
-}
-
-// What a slot filled by FillSlots(seed) holds, as an image: its pieces in
-// [layer][tensor] order, written out from the pattern (not from the layout's
-// offsets, so a misplaced piece shows).
-std::vector<char> Image(const StateLayout& l, uint64_t seed, int64_t slot) {
-  std::vector<char> image;
-  for (int64_t layer = 0; layer < l.num_layers(); ++layer) {
-    for (int tensor = 0; tensor < l.num_tensors(); ++tensor) {
-      for (uint64_t i = 0; i < l.padded_piece_bytes(tensor); ++i) {
-        image.push_back(static_cast<char>(
-            testing::PatternByte(seed, slot, tensor, layer, i)));
-      }
-    }
-  }
-  return image;
 }
 
 // A slot's bytes through the daemon's mapping, pieces in [layer][tensor]

@@ -24,6 +24,7 @@
 #include "daemon/device/shm_name.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/device/host_test_util.h"
 #include "tests/device/pattern.h"
 
 namespace statecache {
@@ -31,28 +32,11 @@ namespace statecache {
 namespace {
 
 using ::testing::Contains;
+using testing::DeadPid;
 using ::testing::Not;
 using ::testing::UnorderedElementsAre;
-
-bool Exists(const std::string& name) {  // name with or without the '/'
-  struct stat st;
-  const std::string bare = name.front() == '/' ? name.substr(1) : name;
-  return stat(("/dev/shm/" + bare).c_str(), &st) == 0;
-}
-
-void MakeObject(const std::string& name) {
-  const int fd = shm_open(("/" + name).c_str(), O_RDWR | O_CREAT, 0600);
-  ASSERT_GE(fd, 0) << name;
-  close(fd);
-}
-
-pid_t DeadPid() {
-  const pid_t pid = fork();
-  if (pid == 0) _exit(0);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return pid;
-}
+const auto& Exists = testing::ShmExists;
+const auto& MakeObject = testing::MakeShmObject;
 
 uint64_t NextEpoch() {
   static uint64_t epoch = 5000;
@@ -136,6 +120,13 @@ StateLayout ImageLayout() {
 
 class RetainedRegionTest : public ::testing::TestWithParam<Arrangement> {
  protected:
+  static void FillSlots(const HostDevice& device, uint64_t seed) {
+    testing::FillSlots(device, seed);
+  }
+  static std::vector<char> Image(const StateLayout& l, uint64_t seed,
+                                 int64_t slot) {
+    return testing::Image(l, seed, slot);
+  }
   static constexpr char kPrefix[] = "statecache_kept";
 
   std::unique_ptr<HostDevice> MakeDevice(int64_t num_slots, int64_t max_slots,
@@ -155,40 +146,6 @@ class RetainedRegionTest : public ::testing::TestWithParam<Arrangement> {
     unlink_.push_back(std::make_unique<Unlinker>());
     unlink_.back()->name = (*device)->shm_name();
     return std::move(*device);
-  }
-
-  // Every byte of every piece of every slot (padding included), through
-  // the daemon's mapping: PatternByte(seed, slot, ...).
-  static void FillSlots(const HostDevice& device, uint64_t seed) {
-    const StateLayout& l = device.layout();
-    const int64_t capacity = device.Export().capacity_slots;
-    for (int64_t slot = 0; slot < device.num_slots(); ++slot) {
-      for (int64_t layer = 0; layer < l.num_layers(); ++layer) {
-        for (int tensor = 0; tensor < l.num_tensors(); ++tensor) {
-          char* piece =
-              device.base() + l.PieceOffset(tensor, layer, slot, capacity);
-          for (uint64_t i = 0; i < l.padded_piece_bytes(tensor); ++i) {
-            piece[i] = static_cast<char>(
-                testing::PatternByte(seed, slot, tensor, layer, i));
-          }
-        }
-      }
-    }
-  }
-  // A slot's image as the pattern says it (pieces in [layer][tensor]
-  // order), independent of the layout's offsets.
-  static std::vector<char> Image(const StateLayout& l, uint64_t seed,
-                                 int64_t slot) {
-    std::vector<char> image;
-    for (int64_t layer = 0; layer < l.num_layers(); ++layer) {
-      for (int tensor = 0; tensor < l.num_tensors(); ++tensor) {
-        for (uint64_t i = 0; i < l.padded_piece_bytes(tensor); ++i) {
-          image.push_back(static_cast<char>(
-              testing::PatternByte(seed, slot, tensor, layer, i)));
-        }
-      }
-    }
-    return image;
   }
 
   std::vector<std::unique_ptr<Unlinker>> unlink_;

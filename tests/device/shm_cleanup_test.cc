@@ -14,34 +14,18 @@
 #include "daemon/device/shm_name.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/device/host_test_util.h"
 #include "tests/device/probe_process.h"
 
 namespace statecache {
 namespace {
 
 using ::testing::Contains;
+using testing::DeadPid;
 using ::testing::Not;
 using ::testing::UnorderedElementsAre;
-
-bool Exists(const std::string& name) {
-  struct stat st;
-  return stat(("/dev/shm/" + name).c_str(), &st) == 0;
-}
-
-void MakeObject(const std::string& name) {
-  const int fd = shm_open(("/" + name).c_str(), O_RDWR | O_CREAT, 0600);
-  ASSERT_GE(fd, 0) << name;
-  close(fd);
-}
-
-// A pid that is certainly dead: a child that exited and was reaped.
-pid_t DeadPid() {
-  const pid_t pid = fork();
-  if (pid == 0) _exit(0);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return pid;
-}
+const auto& Exists = testing::ShmExists;
+const auto& MakeObject = testing::MakeShmObject;
 
 TEST(ShmNameTest, FormatsAndParses) {
   const ShmOwner owner = {1234, 987654};

@@ -17,71 +17,18 @@
 #include "daemon/device/fault_injecting_device.h"
 #include "daemon/device/host_device.h"
 #include "gtest/gtest.h"
+#include "tests/service/host_slot_memory.h"
 
 namespace statecache {
 namespace {
 
-constexpr int64_t kBlock = 16;
+constexpr int64_t kBlock = kTestBlock;
 
-struct Memory {
-  explicit Memory(int64_t num_slots, const std::string& prefix,
-                  uint64_t tier_slots = 0, bool faulty = false) {
-    HostDeviceOptions options;
-    options.layout = *StateLayout::Create(
-        prefix, {{"conv", {3, 8}, DType::kBF16}, {"ssm", {2, 4}, DType::kF32}},
-        2);
-    options.num_slots = num_slots;
-    options.max_slots = 4 * num_slots;
-    options.epoch = NewTestEpoch();
-    options.prefix = prefix;
-    auto created = HostDevice::Create(options);
-    EXPECT_TRUE(created.ok()) << created.status();
-    host = std::move(*created).release();
-    std::shared_ptr<Device> device(host);
-    if (faulty) {
-      faults = std::make_shared<FaultInjectingDevice>(device);
-      device = faults;
-    }
-    memory.emplace(*SlotMemory::Create(
-        num_slots, *StateTransfer::Create(TransferKind::kFork, 1, true), kBlock,
-        device));
-    if (tier_slots > 0) {
-      EXPECT_TRUE(memory->ResizeHostTier(tier_slots * SlotBytes()).ok());
-    }
-  }
-  static uint64_t NewTestEpoch() {
-    static uint64_t n = 0;
-    return static_cast<uint64_t>(absl::ToUnixNanos(absl::Now())) + ++n;
-  }
-  uint64_t SlotBytes() const { return host->layout().bytes_per_slot(); }
-  char* SlotData(int64_t slot) const {
-    return host->base() + slot * SlotBytes();
-  }
-  void Fill(int64_t slot, uint8_t seed) const {
-    for (uint64_t i = 0; i < SlotBytes(); ++i) {
-      SlotData(slot)[i] = static_cast<char>(seed + i * 7);
-    }
-  }
-  bool Holds(int64_t slot, uint8_t seed) const {
-    for (uint64_t i = 0; i < SlotBytes(); ++i) {
-      if (SlotData(slot)[i] != static_cast<char>(seed + i * 7)) return false;
-    }
-    return true;
-  }
-
-  HostDevice* host = nullptr;  // owned by the device chain
-  std::shared_ptr<FaultInjectingDevice> faults;
-  std::optional<SlotMemory> memory;
-};
+using Memory = HostSlotMemory;
 
 AdmitSpec Spec(const std::vector<int64_t>& hashes, int32_t kv_hit,
                int32_t width = 1) {
-  AdmitSpec spec;
-  spec.width = width;
-  spec.num_tokens = static_cast<int64_t>(hashes.size()) * kBlock + 8;
-  spec.kv_hit_blocks = kv_hit;
-  spec.block_hashes = hashes;
-  return spec;
+  return TestSpec(hashes, kv_hit, width);
 }
 
 // Files a checkpoint of `seed`'s bytes under hashes[blocks - 1] through a

@@ -17,6 +17,7 @@
 #include "daemon/core/slot_memory.h"
 #include "daemon/device/host_device.h"
 #include "gtest/gtest.h"
+#include "tests/service/host_slot_memory.h"
 
 namespace statecache {
 
@@ -32,79 +33,22 @@ void PrintTo(const SlotMemory::RestoreCounts& c, std::ostream* os) {
 
 namespace {
 
-constexpr int64_t kBlock = 16;
+constexpr int64_t kBlock = kTestBlock;
 using Saved = std::vector<SlotMemory::SavedCheckpoint>;
 using V = std::vector<int64_t>;
 
-StateLayout Layout() {
-  return *StateLayout::Create(
-      "warm", {{"conv", {3, 8}, DType::kBF16}, {"ssm", {2, 4}, DType::kF32}},
-      2);
-}
-uint64_t SlotBytes() { return Layout().bytes_per_slot(); }
-
-// What a slot filled with `seed` holds.
-std::vector<char> Pattern(uint8_t seed) {
-  std::vector<char> bytes(SlotBytes());
-  for (uint64_t i = 0; i < bytes.size(); ++i) {
-    bytes[i] = static_cast<char>(seed + i * 7 + (i >> 8));
-  }
-  return bytes;
-}
+uint64_t SlotBytes() { return SmallSlotBytes(); }
+std::vector<char> Pattern(uint8_t seed) { return SlotPattern(seed); }
 uint64_t SumOf(uint8_t seed) {
   const std::vector<char> bytes = Pattern(seed);
   return Checksum(bytes.data(), bytes.size());
 }
 
-struct Memory {
-  Memory(int64_t num_slots, const std::string& prefix, int64_t tier_slots = 0) {
-    HostDeviceOptions options;
-    options.layout = Layout();
-    options.num_slots = num_slots;
-    options.max_slots = 4 * num_slots;
-    options.epoch = NewTestEpoch();
-    options.prefix = prefix;
-    auto created = HostDevice::Create(options);
-    EXPECT_TRUE(created.ok()) << created.status();
-    host = std::move(*created).release();
-    std::shared_ptr<Device> device(host);
-    memory.emplace(*SlotMemory::Create(
-        num_slots, *StateTransfer::Create(TransferKind::kFork, 1, true), kBlock,
-        device));
-    if (tier_slots > 0) {
-      EXPECT_TRUE(memory->ResizeHostTier(tier_slots * SlotBytes()).ok());
-    }
-  }
-  static uint64_t NewTestEpoch() {
-    static uint64_t n = 0;
-    return static_cast<uint64_t>(absl::ToUnixNanos(absl::Now())) + ++n;
-  }
-  char* SlotData(int64_t slot) const {
-    return host->base() + slot * SlotBytes();
-  }
-  void Fill(int64_t slot, uint8_t seed) const {
-    const std::vector<char> bytes = Pattern(seed);
-    std::memcpy(SlotData(slot), bytes.data(), bytes.size());
-  }
-  bool Holds(int64_t slot, uint8_t seed) const {
-    return std::memcmp(SlotData(slot), Pattern(seed).data(), SlotBytes()) == 0;
-  }
-  std::vector<char> Bytes(int64_t slot) const {
-    return std::vector<char>(SlotData(slot), SlotData(slot) + SlotBytes());
-  }
-
-  HostDevice* host = nullptr;  // owned by the SlotMemory
-  std::optional<SlotMemory> memory;
-};
+using Memory = HostSlotMemory;
 
 AdmitSpec Spec(const std::vector<int64_t>& hashes, int32_t kv_hit,
                int32_t width = 1) {
-  AdmitSpec spec;
-  spec.width = width;
-  spec.num_tokens = static_cast<int64_t>(hashes.size()) * kBlock + 8;
-  spec.kv_hit_blocks = kv_hit;
-  spec.block_hashes = hashes;
-  return spec;
+  return TestSpec(hashes, kv_hit, width);
 }
 
 // Files a one-block checkpoint of `seed`'s bytes under `hash` through a
