@@ -62,6 +62,97 @@ struct SessionPin {
   }
 };
 
+// A session's pins by slot. Flat rather than hashed: `index_` maps a slot
+// to its entry's place in `entries_` (plus one; 0 for an unpinned slot), so
+// a pass's finds, adds and drops cost no hashing or probing, and walking the
+// pins walks one dense array. The entries are in no particular order (the
+// clock and DebugDump sort them by slot). Erasing one moves the last entry
+// into its place: iterators and pointers to entries other than the last
+// stay valid; adding one may move them all. `index_` grows to the highest
+// slot pinned so far (4 bytes a slot) and no further: pinned slots are
+// never relocated or retired, so every entry names a slot in the pool.
+class SessionPins {
+ public:
+  using value_type = std::pair<int64_t, SessionPin>;
+  using iterator = std::vector<value_type>::iterator;
+  using const_iterator = std::vector<value_type>::const_iterator;
+
+  iterator begin() { return entries_.begin(); }
+  iterator end() { return entries_.end(); }
+  const_iterator begin() const { return entries_.begin(); }
+  const_iterator end() const { return entries_.end(); }
+  size_t size() const { return entries_.size(); }
+  bool empty() const { return entries_.empty(); }
+
+  // end() when `slot` is not pinned (a negative slot never is).
+  iterator find(int64_t slot) {
+    const uint32_t at = Lookup(slot);
+    return at == 0 ? entries_.end() : entries_.begin() + (at - 1);
+  }
+  const_iterator find(int64_t slot) const {
+    const uint32_t at = Lookup(slot);
+    return at == 0 ? entries_.end() : entries_.begin() + (at - 1);
+  }
+  bool contains(int64_t slot) const { return Lookup(slot) != 0; }
+  // REQUIRES: contains(slot).
+  SessionPin& at(int64_t slot) { return entries_[Lookup(slot) - 1].second; }
+  const SessionPin& at(int64_t slot) const {
+    return entries_[Lookup(slot) - 1].second;
+  }
+  // The pin of `slot`, a new empty one if it had none.
+  // REQUIRES: 0 <= slot < kMaxSlots.
+  SessionPin& operator[](int64_t slot) {
+    const auto s = static_cast<size_t>(slot);
+    if (s >= index_.size()) index_.resize(s + 1, 0);
+    if (index_[s] == 0) {
+      entries_.emplace_back(slot, SessionPin());
+      index_[s] = static_cast<uint32_t>(entries_.size());
+    }
+    return entries_[index_[s] - 1].second;
+  }
+  // REQUIRES: `it` is a valid entry.
+  void erase(iterator it) {
+    index_[static_cast<size_t>(it->first)] = 0;
+    if (it != entries_.end() - 1) {
+      *it = std::move(entries_.back());
+      index_[static_cast<size_t>(it->first)] =
+          static_cast<uint32_t>(it - entries_.begin() + 1);
+    }
+    entries_.pop_back();
+  }
+  // Erases every entry for which `drop(entry)` is true; the rest keep their
+  // relative order.
+  template <typename Drop>
+  void EraseIf(Drop drop) {
+    size_t kept = 0;
+    for (size_t i = 0; i < entries_.size(); ++i) {
+      value_type& e = entries_[i];
+      const auto s = static_cast<size_t>(e.first);
+      if (drop(e)) {
+        index_[s] = 0;
+        continue;
+      }
+      if (kept != i) entries_[kept] = std::move(e);
+      index_[s] = static_cast<uint32_t>(++kept);
+    }
+    entries_.resize(kept);
+  }
+  void clear() {
+    for (const value_type& e : entries_)
+      index_[static_cast<size_t>(e.first)] = 0;
+    entries_.clear();
+  }
+
+ private:
+  uint32_t Lookup(int64_t slot) const {
+    const auto s = static_cast<size_t>(slot);
+    return s < index_.size() ? index_[s] : 0;
+  }
+
+  std::vector<uint32_t> index_;
+  std::vector<value_type> entries_;
+};
+
 // A live request's slot moved by a shrink, reported at the next begin_pass.
 struct PendingMove {
   std::string request_id;
@@ -83,11 +174,11 @@ struct Session {
   absl::Time attached_at;
   absl::Time last_seen;
   absl::flat_hash_map<std::string, std::unique_ptr<Request>> requests;
-  // Slot -> this session's pins on it and their readers. A hash map, not
-  // an ordered one: it changes on most operations of a pass, and the clock,
-  // which must release in slot order as the reference's release_pins does,
-  // sorts its slots once per pass (SortedPins) instead.
-  absl::flat_hash_map<int64_t, SessionPin> pins;
+  // Slot -> this session's pins on it and their readers. Unordered: it
+  // changes on most operations of a pass, and the clock, which must release
+  // in slot order as the reference's release_pins does, sorts its slots once
+  // per pass (SortedPins) instead.
+  SessionPins pins;
 
   // No-op if `slot` is not pinned or `request` does not read it.
   void RemoveReader(int64_t slot, const Request* request) {
@@ -95,8 +186,7 @@ struct Session {
     if (it != pins.end()) it->second.RemoveReader(request);
   }
   // The pins in slot order, into `out` (cleared first; `scratch` is room
-  // for the sort). The pointers stay valid until `pins` grows; erasing other
-  // slots does not move them.
+  // for the sort). The pointers stay valid until `pins` changes.
   void SortedPins(std::vector<std::pair<int64_t, SessionPin*>>& out,
                   std::vector<std::pair<int64_t, SessionPin*>>& scratch) {
     out.clear();

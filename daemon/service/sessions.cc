@@ -182,10 +182,10 @@ absl::StatusOr<int32_t> TickPinClock(SlotMemory& memory, Session& session,
   scratch.deferred.resize(n);
   size_t num_returned = 0;
   size_t num_deferred = 0;
-  for (auto it = session.pins.begin(); it != session.pins.end(); ++it) {
-    const bool deferred = it->second.deferred;
-    scratch.returned[num_returned] = {it->first, it};
-    scratch.deferred[num_deferred] = {it->first, &it->second};
+  for (auto& [slot, pin] : session.pins) {
+    const bool deferred = pin.deferred;
+    scratch.returned[num_returned] = {slot, &pin};
+    scratch.deferred[num_deferred] = {slot, &pin};
     num_returned += !deferred;
     num_deferred += deferred;
   }
@@ -199,15 +199,19 @@ absl::StatusOr<int32_t> TickPinClock(SlotMemory& memory, Session& session,
              [](const auto& p) { return p.first; });
   int32_t released = 0;
   absl::Status status;
-  for (const auto& [slot, it] : scratch.returned) {
-    const SessionPin& pin = it->second;
-    if (status.ok()) status = memory.ReturnPins(slot, pin.count);
-    released += pin.count;
+  for (const auto& [slot, pin] : scratch.returned) {
+    if (status.ok()) status = memory.ReturnPins(slot, pin->count);
+    released += pin->count;
     // Its readers forget it: the slot may be handed to someone else now.
-    for (Request* reader : pin.readers) reader->fork_src = -1;
-    // Erasing leaves the other entries (and iterators to them) in place.
-    session.pins.erase(it);
+    for (Request* reader : pin->readers) reader->fork_src = -1;
+    // Marks it for the sweep below (a kept pin's count is never 0).
+    pin->count = 0;
   }
+  // The returned pins go in one sweep (erasing them one by one would move
+  // the entries the list still points at); the deferred ones stay, due at
+  // the next tick.
+  session.pins.EraseIf(
+      [](const SessionPins::value_type& e) { return e.second.count == 0; });
   scratch.returned.clear();
   scratch.deferred.clear();
   RETURN_IF_ERROR(status);

@@ -67,13 +67,11 @@ class SessionTable {
 
 // Room for sorting a session's pins by slot (reused: no allocation).
 struct PinScratch {
-  using PinIterator = decltype(Session::pins)::iterator;
   std::vector<std::pair<int64_t, SessionPin*>> sorted;
   std::vector<std::pair<int64_t, SessionPin*>> sort;
-  // The pin clock's: the pins a tick returns (by iterator, so that erasing
-  // them needs no second lookup) and the deferrals it ends.
-  std::vector<std::pair<int64_t, PinIterator>> returned;
-  std::vector<std::pair<int64_t, PinIterator>> returned_sort;
+  // The pin clock's: the pins a tick returns and the deferrals it ends.
+  std::vector<std::pair<int64_t, SessionPin*>> returned;
+  std::vector<std::pair<int64_t, SessionPin*>> returned_sort;
   std::vector<std::pair<int64_t, SessionPin*>> deferred;
 };
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -66,6 +67,64 @@ TEST(SessionTest, SortedPinsListsEveryPinInSlotOrder) {
     EXPECT_EQ(out[i].first, slots[i]);
     EXPECT_EQ(out[i].second, &session.pins.at(slots[i]));
   }
+}
+
+// SessionPins against a std::map doing the same: finds, adds, erases (one
+// by one, which moves the last entry, and in sweeps) and clears, over slots
+// spread across a large index.
+TEST(SessionPinsTest, MatchesAnOrderedMapUnderRandomChanges) {
+  SessionPins pins;
+  std::map<int64_t, int32_t> want;
+  std::mt19937_64 rng(23);
+  for (int step = 0; step < 20000; ++step) {
+    const int64_t slot = static_cast<int64_t>(rng() % 3000);
+    switch (rng() % 8) {
+      case 0:
+      case 1:
+      case 2:
+        ++pins[slot].count;
+        ++want[slot];
+        break;
+      case 3:
+      case 4: {
+        auto it = pins.find(slot);
+        ASSERT_EQ(it != pins.end(), want.contains(slot)) << slot;
+        if (it != pins.end()) {
+          EXPECT_EQ(it->first, slot);
+          pins.erase(it);
+          want.erase(slot);
+        }
+        break;
+      }
+      case 5:
+        if (rng() % 50 == 0) {
+          pins.EraseIf([](const SessionPins::value_type& e) {
+            return e.second.count % 2 == 0;
+          });
+          std::erase_if(want, [](const auto& e) { return e.second % 2 == 0; });
+        }
+        break;
+      case 6:
+        if (rng() % 500 == 0) {
+          pins.clear();
+          want.clear();
+        }
+        break;
+      default:
+        EXPECT_EQ(pins.contains(slot), want.contains(slot)) << slot;
+        EXPECT_FALSE(pins.contains(-1 - slot));
+        EXPECT_TRUE(pins.find(-1 - slot) == pins.end());
+        break;
+    }
+    ASSERT_EQ(pins.size(), want.size());
+    ASSERT_EQ(pins.empty(), want.empty());
+  }
+  std::map<int64_t, int32_t> got;
+  for (const auto& [slot, pin] : pins) {
+    EXPECT_TRUE(got.emplace(slot, pin.count).second) << "slot twice: " << slot;
+    EXPECT_EQ(&pins.at(slot), &pin);
+  }
+  EXPECT_EQ(got, want);
 }
 
 // FindRequest tries the request named after the recent one before the map;
