@@ -396,14 +396,6 @@ void SlotMemory::ClearIndex() {
   if (tier_.has_value()) tier_->Clear();
 }
 
-absl::Status SlotMemory::ReturnPins(int64_t slot, int32_t count) {
-  return pool_.ReleasePin(slot, count);
-}
-
-absl::Status SlotMemory::EndDeferral(int64_t slot) {
-  return pool_.EndDeferral(slot);
-}
-
 // ------------------------------------------------------------------ copies
 
 absl::StatusOr<uint64_t> SlotMemory::RunCopy(

@@ -396,10 +396,12 @@ class SlotMemory {
   // One clock's share of the pin clock, in the order the caller gives:
   // drops `count` pins on `slot` (freeing it when none remain).
   // REQUIRES: 1 <= count <= the pool's pins on slot.
-  absl::Status ReturnPins(int64_t slot, int32_t count);
+  absl::Status ReturnPins(int64_t slot, int32_t count) {
+    return pool_.ReleasePin(slot, count);
+  }
   // The slot's next-batch reader has been built: its pin returns at the
   // clock's next tick rather than this one.
-  absl::Status EndDeferral(int64_t slot);
+  absl::Status EndDeferral(int64_t slot) { return pool_.EndDeferral(slot); }
 
   // ------------------------------------------------------------ resizing
 
