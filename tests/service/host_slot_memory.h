@@ -84,6 +84,28 @@ struct HostSlotMemory {
     return std::vector<char>(SlotData(slot), SlotData(slot) + SlotBytes());
   }
 
+  // Files a checkpoint of `seed`'s bytes under hashes[blocks - 1] through
+  // a request's fork checkpoint at `anchor_pos` (the prompt's end at
+  // blocks * kTestBlock: a checkpoint, not a guess), then lets it go back
+  // to the pool's LRU. Returns its slot.
+  int64_t PublishCheckpoint(const std::vector<int64_t>& hashes, int64_t blocks,
+                            uint8_t seed, int64_t anchor_pos = 0) {
+    SlotHolding holding;
+    AdmitSpec spec;
+    spec.num_tokens = static_cast<int64_t>(hashes.size()) * kTestBlock + 8;
+    spec.block_hashes = hashes;
+    EXPECT_TRUE(memory->Admit(holding, spec).ok());
+    Fill(holding.slots[0], seed);
+    absl::StatusOr<CheckpointOutcome> out = memory->Checkpoint(
+        holding, anchor_pos != 0 ? anchor_pos : blocks * kTestBlock, blocks,
+        hashes[blocks - 1]);
+    EXPECT_TRUE(out.ok() && out->kept);
+    const int64_t slot = out->fork_src;
+    EXPECT_TRUE(memory->ReturnPins(slot, 1).ok());
+    EXPECT_TRUE(memory->Release(holding, /*drop_reader=*/false).ok());
+    return slot;
+  }
+
   HostDevice* host = nullptr;  // owned by the device chain
   std::shared_ptr<FaultInjectingDevice> faults;
   std::optional<SlotMemory> memory;

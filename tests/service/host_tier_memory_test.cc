@@ -31,21 +31,9 @@ AdmitSpec Spec(const std::vector<int64_t>& hashes, int32_t kv_hit,
   return TestSpec(hashes, kv_hit, width);
 }
 
-// Files a checkpoint of `seed`'s bytes under hashes[blocks - 1] through a
-// request's fork checkpoint, then lets it go back to the pool's LRU.
 int64_t PublishCheckpoint(Memory& m, const std::vector<int64_t>& hashes,
                           int64_t blocks, uint8_t seed) {
-  SlotHolding holding;
-  EXPECT_TRUE(m.memory->Admit(holding, Spec(hashes, 0)).ok());
-  m.Fill(holding.slots[0], seed);
-  // At the prompt's end (the anchor): a checkpoint, not a guess.
-  absl::StatusOr<CheckpointOutcome> out = m.memory->Checkpoint(
-      holding, blocks * kBlock, blocks, hashes[blocks - 1]);
-  EXPECT_TRUE(out.ok() && out->kept);
-  const int64_t slot = out->fork_src;
-  EXPECT_TRUE(m.memory->ReturnPins(slot, 1).ok());
-  EXPECT_TRUE(m.memory->Release(holding, /*drop_reader=*/false).ok());
-  return slot;
+  return m.PublishCheckpoint(hashes, blocks, seed);
 }
 
 // Admits and releases `n` cold requests of one slot each, spending the LRU.

@@ -56,17 +56,7 @@ AdmitSpec Spec(const std::vector<int64_t>& hashes, int32_t kv_hit,
 // the anchor), then lets it go back to the pool's LRU. Not sealed.
 int64_t Publish(Memory& m, int64_t hash, uint8_t seed,
                 bool speculative = false) {
-  const std::vector<int64_t> hashes = {hash};
-  SlotHolding holding;
-  EXPECT_TRUE(m.memory->Admit(holding, Spec(hashes, 0)).ok());
-  m.Fill(holding.slots[0], seed);
-  absl::StatusOr<CheckpointOutcome> out =
-      m.memory->Checkpoint(holding, speculative ? 2 * kBlock : kBlock, 1, hash);
-  EXPECT_TRUE(out.ok() && out->kept);
-  const int64_t slot = out->fork_src;
-  EXPECT_TRUE(m.memory->ReturnPins(slot, 1).ok());
-  EXPECT_TRUE(m.memory->Release(holding, /*drop_reader=*/false).ok());
-  return slot;
+  return m.PublishCheckpoint({hash}, 1, seed, speculative ? 2 * kBlock : 0);
 }
 
 // Admits and releases `n` cold requests of one slot each, spending the LRU
