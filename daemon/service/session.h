@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -105,7 +106,9 @@ class SessionPins {
     const auto s = static_cast<size_t>(slot);
     if (s >= index_.size()) index_.resize(s + 1, 0);
     if (index_[s] == 0) {
-      entries_.emplace_back(slot, SessionPin());
+      entries_.emplace_back(std::piecewise_construct,
+                            std::forward_as_tuple(slot),
+                            std::forward_as_tuple());
       index_[s] = static_cast<uint32_t>(entries_.size());
     }
     return entries_[index_[s] - 1].second;

@@ -169,7 +169,9 @@ TEST(SessionTest, FindRequestFindsTheNamedRequestInAnyNamingOrder) {
     EXPECT_FALSE(FindRequest(session, "xxxxxxxxxxxxxxxxxxxx").ok());
     for (const auto& [id, request] : session.requests) {
       for (const Request* n : {request->named_prev, request->named_next}) {
-        if (n != nullptr) EXPECT_TRUE(session.requests.contains(n->id));
+        if (n != nullptr) {
+          EXPECT_TRUE(session.requests.contains(n->id));
+        }
       }
     }
   }
