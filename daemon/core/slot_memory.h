@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -357,8 +358,13 @@ class SlotMemory {
   // Errors: FAILED_PRECONDITION without state memory; the device's.
   absl::StatusOr<std::unique_ptr<HostStaging>> ReadCheckpointImages(
       std::vector<SavedCheckpoint>& saved);
+  // The images of the tier entries `tier` names (image k of tier[k]), as
+  // ReadCheckpointImages does for the device: each checked against its
+  // checksum, `tier` keeping the ones that match, renumbered 0, 1, ....
+  // Empty while the tier is off.
+  std::string CopyTierImages(std::vector<SavedCheckpoint>& tier);
   // The tier's image memory (entry e at e * bytes_per_slot), or null while
-  // the tier is off.
+  // the tier is off: for tests that read or damage images at rest.
   const HostStaging* host_tier_memory() const { return tier_memory_.get(); }
 
   // A checkpoint to bring back: its saved record and its image (the slot's

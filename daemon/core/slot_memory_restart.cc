@@ -50,6 +50,22 @@ absl::Status EnsureStaging(Device& device, uint64_t bytes,
   return absl::OkStatus();
 }
 
+// Packs the images at k * image_bytes of `images` that match saved[k]'s
+// checksum to the front, in order, and keeps only their records in `saved`.
+void KeepMatching(char* images, uint64_t image_bytes,
+                  std::vector<SlotMemory::SavedCheckpoint>& saved) {
+  size_t kept = 0;
+  for (size_t i = 0; i < saved.size(); ++i) {
+    const char* image = images + i * image_bytes;
+    if (Checksum(image, image_bytes) != saved[i].checksum) continue;
+    if (kept != i) {
+      std::memmove(images + kept * image_bytes, image, image_bytes);
+    }
+    saved[kept++] = saved[i];
+  }
+  saved.resize(kept);
+}
+
 }  // namespace
 
 absl::Status SlotMemory::EnableChecksums() {
@@ -183,18 +199,32 @@ absl::StatusOr<std::unique_ptr<HostStaging>> SlotMemory::ReadCheckpointImages(
   if (!images.empty()) {
     RETURN_IF_ERROR(device_->ReadSlots(*memory, images).status());
   }
-  // Pack the images that still match, in order.
-  size_t kept = 0;
-  for (size_t i = 0; i < saved.size(); ++i) {
-    const char* image = memory->data() + i * image_bytes;
-    if (Checksum(image, image_bytes) != saved[i].checksum) continue;
-    if (kept != i) {
-      std::memmove(memory->data() + kept * image_bytes, image, image_bytes);
-    }
-    saved[kept++] = saved[i];
-  }
-  saved.resize(kept);
+  KeepMatching(memory->data(), image_bytes, saved);
   return memory;
+}
+
+std::string SlotMemory::CopyTierImages(std::vector<SavedCheckpoint>& tier) {
+  if (!tier_.has_value()) {
+    tier.clear();
+    return {};
+  }
+  const uint64_t image_bytes = device_->layout().bytes_per_slot();
+  // Only entries the tier has: the index may name others.
+  std::erase_if(tier, [this](const SavedCheckpoint& c) {
+    return c.location < 0 || c.location >= tier_->capacity();
+  });
+  std::string images(tier.size() * image_bytes, '\0');
+  for (size_t k = 0; k < tier.size(); ++k) {
+    std::memcpy(images.data() + k * image_bytes,
+                tier_memory_->data() + tier[k].location * image_bytes,
+                image_bytes);
+  }
+  KeepMatching(images.data(), image_bytes, tier);
+  images.resize(tier.size() * image_bytes);
+  for (size_t k = 0; k < tier.size(); ++k) {
+    tier[k].location = static_cast<int64_t>(k);
+  }
+  return images;
 }
 
 absl::StatusOr<SlotMemory::RestoreCounts> SlotMemory::Restore(

@@ -13,6 +13,18 @@ namespace {
 
 constexpr size_t kEndedSessionsRemembered = 1024;
 
+// The first and the last sizeof(Word) bytes of p and q, n bytes each, are
+// equal. REQUIRES: sizeof(Word) <= n.
+template <typename Word>
+bool EndsEqual(const char* p, const char* q, size_t n) {
+  Word p0, q0, p1, q1;
+  std::memcpy(&p0, p, sizeof(Word));
+  std::memcpy(&q0, q, sizeof(Word));
+  std::memcpy(&p1, p + n - sizeof(Word), sizeof(Word));
+  std::memcpy(&q1, q + n - sizeof(Word), sizeof(Word));
+  return ((p0 ^ q0) | (p1 ^ q1)) == 0;
+}
+
 // a == b, inline for ids of up to 16 bytes (what schedulers name requests
 // by): FindRequest compares an id or two for most operations of a pass, and
 // memcmp is a call through the PLT each time.
@@ -23,22 +35,8 @@ bool SameId(absl::string_view a, absl::string_view b) {
   const char* p = a.data();
   const char* q = b.data();
   // Two loads from each end cover every byte (they overlap when shorter).
-  if (n >= 8) {
-    uint64_t p0, q0, p1, q1;
-    std::memcpy(&p0, p, 8);
-    std::memcpy(&q0, q, 8);
-    std::memcpy(&p1, p + n - 8, 8);
-    std::memcpy(&q1, q + n - 8, 8);
-    return ((p0 ^ q0) | (p1 ^ q1)) == 0;
-  }
-  if (n >= 4) {
-    uint32_t p0, q0, p1, q1;
-    std::memcpy(&p0, p, 4);
-    std::memcpy(&q0, q, 4);
-    std::memcpy(&p1, p + n - 4, 4);
-    std::memcpy(&q1, q + n - 4, 4);
-    return ((p0 ^ q0) | (p1 ^ q1)) == 0;
-  }
+  if (n >= 8) return EndsEqual<uint64_t>(p, q, n);
+  if (n >= 4) return EndsEqual<uint32_t>(p, q, n);
   return p[0] == q[0] && p[n / 2] == q[n / 2] && p[n - 1] == q[n - 1];
 }
 

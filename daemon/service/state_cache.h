@@ -254,9 +254,7 @@ class StateCache {
   absl::StatusOr<std::unique_ptr<HostStaging>> ReadCheckpointImages(
       std::vector<SlotMemory::SavedCheckpoint>& device)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // Shutdown: the images of the tier entries `tier` names (image k of
-  // tier[k]), each checked against its checksum; `tier` keeps the ones that
-  // match, their locations renumbered 0, 1, ....
+  // Shutdown: the tier's images (SlotMemory::CopyTierImages).
   std::string CopyTierImages(std::vector<SlotMemory::SavedCheckpoint>& tier)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Brings checkpoints back (SlotMemory::Restore).

@@ -5,7 +5,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/common/checksum.h"
 #include "daemon/common/status_macros.h"
 #include "daemon/service/state_cache.h"
 
@@ -54,27 +53,7 @@ absl::StatusOr<std::unique_ptr<HostStaging>> StateCache::ReadCheckpointImages(
 std::string StateCache::CopyTierImages(
     std::vector<SlotMemory::SavedCheckpoint>& tier) {
   absl::MutexLock lock(&mu_);
-  const HostStaging* memory = memory_.host_tier_memory();
-  if (memory == nullptr || memory_.device() == nullptr) {
-    tier.clear();
-    return {};
-  }
-  const uint64_t image_bytes = memory_.device()->layout().bytes_per_slot();
-  std::string images;
-  images.reserve(tier.size() * image_bytes);
-  size_t kept = 0;
-  for (const SlotMemory::SavedCheckpoint& entry : tier) {
-    const uint64_t offset = static_cast<uint64_t>(entry.location) * image_bytes;
-    if (offset + image_bytes > memory->size()) continue;
-    const char* image = memory->data() + offset;
-    if (Checksum(image, image_bytes) != entry.checksum) continue;
-    images.append(image, image_bytes);
-    tier[kept] = entry;
-    tier[kept].location = static_cast<int64_t>(kept);
-    ++kept;
-  }
-  tier.resize(kept);
-  return images;
+  return memory_.CopyTierImages(tier);
 }
 
 absl::StatusOr<SlotMemory::RestoreCounts> StateCache::RestoreCheckpoints(

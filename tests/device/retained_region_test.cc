@@ -33,10 +33,10 @@ namespace {
 
 using ::testing::Contains;
 using testing::DeadPid;
+using testing::MakeShmObject;
 using ::testing::Not;
+using testing::ShmExists;
 using ::testing::UnorderedElementsAre;
-const auto& Exists = testing::ShmExists;
-const auto& MakeObject = testing::MakeShmObject;
 
 uint64_t NextEpoch() {
   static uint64_t epoch = 5000;
@@ -92,21 +92,21 @@ TEST(RetainedShmNameTest, StaleCleanupLeavesARetainedObjectOfADeadOwner) {
   const ShmOwner dead = {DeadPid(), 5};
   const std::string kept = FormatRetainedShmName(prefix, 1, dead).substr(1);
   const std::string stale = FormatShmName(prefix, 2, dead).substr(1);
-  MakeObject(kept);
-  MakeObject(stale);
+  MakeShmObject(kept);
+  MakeShmObject(stale);
   Unlinker cleanup{"/" + kept};
   absl::StatusOr<std::vector<std::string>> removed = CleanupStaleShm(prefix);
   ASSERT_TRUE(removed.ok()) << removed.status();
   // The cleanup ran (the plain stale object went) and left the kept one.
   EXPECT_THAT(*removed, UnorderedElementsAre(stale));
   EXPECT_THAT(*removed, Not(Contains(kept)));
-  EXPECT_FALSE(Exists(stale));
-  EXPECT_TRUE(Exists(kept));
+  EXPECT_FALSE(ShmExists(stale));
+  EXPECT_TRUE(ShmExists(kept));
   // Again: still there.
   removed = CleanupStaleShm(prefix);
   ASSERT_TRUE(removed.ok());
   EXPECT_TRUE(removed->empty());
-  EXPECT_TRUE(Exists(kept));
+  EXPECT_TRUE(ShmExists(kept));
 }
 
 // Padding in two of three pieces (120 -> 128, 14 -> 16), three layers.
@@ -161,7 +161,7 @@ TEST_P(RetainedRegionTest, KeepOnExitDecidesWhetherTheObjectOutlivesIt) {
     EXPECT_EQ(device->Export().handle, name);
     device->KeepOnExit(true);
     device.reset();
-    EXPECT_TRUE(Exists(name));
+    EXPECT_TRUE(ShmExists(name));
   }
   {
     // retain=true without KeepOnExit: unlinked (a daemon that never got to
@@ -169,9 +169,9 @@ TEST_P(RetainedRegionTest, KeepOnExitDecidesWhetherTheObjectOutlivesIt) {
     std::unique_ptr<HostDevice> device = MakeDevice(4, 8, true);
     ASSERT_NE(device, nullptr);
     const std::string name = device->shm_name();
-    ASSERT_TRUE(Exists(name));
+    ASSERT_TRUE(ShmExists(name));
     device.reset();
-    EXPECT_FALSE(Exists(name));
+    EXPECT_FALSE(ShmExists(name));
   }
   {
     // KeepOnExit(true) then (false): a clean shutdown lets it go.
@@ -181,7 +181,7 @@ TEST_P(RetainedRegionTest, KeepOnExitDecidesWhetherTheObjectOutlivesIt) {
     device->KeepOnExit(true);
     device->KeepOnExit(false);
     device.reset();
-    EXPECT_FALSE(Exists(name));
+    EXPECT_FALSE(ShmExists(name));
   }
   {
     // retain=false: an ordinary name, unlinked.
@@ -191,7 +191,7 @@ TEST_P(RetainedRegionTest, KeepOnExitDecidesWhetherTheObjectOutlivesIt) {
     EXPECT_FALSE(IsRetainedShmName(name, kPrefix));
     EXPECT_TRUE(ParseShmName(name, kPrefix).has_value());
     device.reset();
-    EXPECT_FALSE(Exists(name));
+    EXPECT_FALSE(ShmExists(name));
   }
 }
 
@@ -222,7 +222,7 @@ TEST_P(RetainedRegionTest, OpensOnlyARetainedNameWhoseOwnerIsGone) {
 
   device->KeepOnExit(true);
   device.reset();
-  ASSERT_TRUE(Exists(name));
+  ASSERT_TRUE(ShmExists(name));
   // Shorter than the index said: refused.
   EXPECT_EQ(RetainedRegion::Open(name, kPrefix, bytes + 1).status().code(),
             absl::StatusCode::kFailedPrecondition);
@@ -241,12 +241,12 @@ TEST_P(RetainedRegionTest, OpensOnlyARetainedNameWhoseOwnerIsGone) {
               absl::StatusCode::kFailedPrecondition);
   }
   // Closed without Remove: the object stays, the lock goes.
-  EXPECT_TRUE(Exists(name));
+  EXPECT_TRUE(ShmExists(name));
   absl::StatusOr<RetainedRegion> again =
       RetainedRegion::Open(name, kPrefix, bytes);
   ASSERT_TRUE(again.ok()) << again.status();
   ASSERT_TRUE(again->Remove().ok());
-  EXPECT_FALSE(Exists(name));
+  EXPECT_FALSE(ShmExists(name));
   EXPECT_TRUE(again->Remove().ok());  // already gone: fine
   // Gone: NOT_FOUND.
   EXPECT_EQ(RetainedRegion::Open(name, kPrefix, 0).status().code(),
@@ -326,7 +326,7 @@ TEST_P(RetainedRegionTest, ReadsTheImagesTheDevicesSlotsHeld) {
 
   // The mapping outlives Remove.
   ASSERT_TRUE(region->Remove().ok());
-  EXPECT_FALSE(Exists(name));
+  EXPECT_FALSE(ShmExists(name));
   std::vector<char> after(b, 0);
   const int64_t one[] = {3};
   ASSERT_TRUE(

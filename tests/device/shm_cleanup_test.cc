@@ -22,10 +22,10 @@ namespace {
 
 using ::testing::Contains;
 using testing::DeadPid;
+using testing::MakeShmObject;
 using ::testing::Not;
+using testing::ShmExists;
 using ::testing::UnorderedElementsAre;
-const auto& Exists = testing::ShmExists;
-const auto& MakeObject = testing::MakeShmObject;
 
 TEST(ShmNameTest, FormatsAndParses) {
   const ShmOwner owner = {1234, 987654};
@@ -68,16 +68,16 @@ TEST(ShmCleanupTest, RemovesOnlyObjectsOfDeadOwners) {
   const std::string other =
       FormatShmName(prefix + "x", 4, {DeadPid(), 5}).substr(1);
   for (const std::string& name : {dead, reused, live, junk, other}) {
-    MakeObject(name);
+    MakeShmObject(name);
   }
   absl::StatusOr<std::vector<std::string>> removed = CleanupStaleShm(prefix);
   ASSERT_TRUE(removed.ok()) << removed.status();
   EXPECT_THAT(*removed, UnorderedElementsAre(dead, reused));
-  EXPECT_FALSE(Exists(dead));
-  EXPECT_FALSE(Exists(reused));
-  EXPECT_TRUE(Exists(live));
-  EXPECT_TRUE(Exists(junk));
-  EXPECT_TRUE(Exists(other));
+  EXPECT_FALSE(ShmExists(dead));
+  EXPECT_FALSE(ShmExists(reused));
+  EXPECT_TRUE(ShmExists(live));
+  EXPECT_TRUE(ShmExists(junk));
+  EXPECT_TRUE(ShmExists(other));
   for (const std::string& name : {live, junk, other}) {
     shm_unlink(("/" + name).c_str());
   }
@@ -94,19 +94,19 @@ TEST(ShmCleanupTest, AnObjectWhoseOwnerHoldsItsLockStaysWhateverItsPidSays) {
   // By pid alone this owner is dead (our pid, another start time).
   const std::string name =
       FormatShmName(prefix, 1, {me.pid, me.start_time + 9}).substr(1);
-  MakeObject(name);
+  MakeShmObject(name);
   const int held = open(("/dev/shm/" + name).c_str(), O_RDONLY | O_CLOEXEC);
   ASSERT_GE(held, 0);
   ASSERT_EQ(flock(held, LOCK_EX | LOCK_NB), 0);
   absl::StatusOr<std::vector<std::string>> removed = CleanupStaleShm(prefix);
   ASSERT_TRUE(removed.ok()) << removed.status();
   EXPECT_THAT(*removed, Not(Contains(name)));
-  EXPECT_TRUE(Exists(name));
+  EXPECT_TRUE(ShmExists(name));
   close(held);  // the owner is gone
   removed = CleanupStaleShm(prefix);
   ASSERT_TRUE(removed.ok()) << removed.status();
   EXPECT_THAT(*removed, UnorderedElementsAre(name));
-  EXPECT_FALSE(Exists(name));
+  EXPECT_FALSE(ShmExists(name));
 }
 
 // A live daemon's own object carries its lock: a HostDevice holds it.
@@ -133,20 +133,20 @@ TEST(ShmCleanupTest, KilledDaemonsObjectIsRemoved) {
     const std::string reply = probe.Ask(absl::StrCat("create ", prefix, " 7"));
     ASSERT_THAT(reply, ::testing::StartsWith("ok /" + prefix + "-7-"));
     name = reply.substr(4);
-    EXPECT_TRUE(Exists(name));
+    EXPECT_TRUE(ShmExists(name));
     // Still alive: nothing to clean.
     absl::StatusOr<std::vector<std::string>> none =
         HostDevice::CleanupStale(prefix);
     ASSERT_TRUE(none.ok());
     EXPECT_TRUE(none->empty());
     kill(probe.pid(), SIGKILL);
-  }                           // reaped here
-  EXPECT_TRUE(Exists(name));  // nobody unlinked it
+  }                              // reaped here
+  EXPECT_TRUE(ShmExists(name));  // nobody unlinked it
   absl::StatusOr<std::vector<std::string>> removed =
       HostDevice::CleanupStale(prefix);
   ASSERT_TRUE(removed.ok()) << removed.status();
   EXPECT_THAT(*removed, UnorderedElementsAre(name));
-  EXPECT_FALSE(Exists(name));
+  EXPECT_FALSE(ShmExists(name));
 }
 
 }  // namespace
