@@ -44,7 +44,8 @@
 //   * `SlotPool (C++)`: the same calls on this project's pool alone
 //     (replay::Invoke, as statecache-replay runs a trace);
 //   * `in-process, packed, 256 ops`: the same passes through
-//     StateCache::Step (the core pass, metrics on);
+//     StateCache::Step (the core pass, metrics on, at the daemon's default
+//     --operation_timing_interval);
 // and the table prints them with the `Step, 256 ops, packed` (unary) and
 // `StepStream, 256 ops, packed` round trips, p50 and p99 of one pass and the
 // p50's ratio to the reference's (the median of the runs' ratios). These
@@ -145,6 +146,10 @@ ABSL_FLAG(std::string, busy_server, "",
           "internal: serve BusyPingService on this address and exit");
 ABSL_FLAG(int, busy_server_ready_fd, -1,
           "internal: with --busy_server, write \"ready\" to this fd");
+ABSL_FLAG(int32_t, operation_timing_interval,
+          statecache::StateCacheOptions{}.operation_timing_interval,
+          "in-process rows: time one operation in about this many for the "
+          "metrics, as statecached's flag of that name (1: every one)");
 ABSL_FLAG(bool, in_process_only, false,
           "time only StateCache::Step in-process (for profiling the core)");
 ABSL_FLAG(std::string, client_cpus, "",
@@ -895,8 +900,9 @@ class ClientStepTrip final : public RoundTrip {
 };
 
 // A StateCache in this process as the daemon runs it by default (metrics
-// observing every operation), with one attached session whose scheduler has
-// filled its running batch (50 passes, untimed).
+// on, a sample of the operations timed: --operation_timing_interval), with
+// one attached session whose scheduler has filled its running batch (50
+// passes, untimed).
 struct InProcessCache {
   std::unique_ptr<StateCache> cache;
   std::unique_ptr<Metrics> metrics;
@@ -908,6 +914,8 @@ struct InProcessCache {
     options.identity.set_hash_block_size(kBlock);
     options.num_slots = kSlots;
     options.transfer = *StateTransfer::Create(TransferKind::kFork, 1, true);
+    options.operation_timing_interval =
+        absl::GetFlag(FLAGS_operation_timing_interval);
     cache = *StateCache::Create(std::move(options));
     metrics = std::make_unique<Metrics>(cache.get(),
                                         Metrics::Options{.version = "bench"});

@@ -152,6 +152,11 @@ ABSL_FLAG(absl::Duration, state_save_interval, absl::Milliseconds(100),
 ABSL_FLAG(bool, fair_share, true,
           "Steps take turns round robin between sessions, so one session's "
           "many Steps in flight cannot all go before another's.");
+ABSL_FLAG(int32_t, operation_timing_interval, 16,
+          "For statecache_step_operation_duration_seconds: time about one "
+          "Step operation in this many, at random (a clock read costs about "
+          "what a cheap operation does); 1 times every one. "
+          "statecache_step_operations_total counts them all.");
 ABSL_FLAG(int64_t, max_slots_per_session, 0,
           "Slots one session's requests may hold at once (slots and midstep "
           "reservations); an admit or reserve past it is refused "
@@ -285,6 +290,12 @@ absl::StatusOr<StateCacheOptions> OptionsFromFlags() {
   options.max_operations_per_step = absl::GetFlag(FLAGS_max_ops_per_step);
   options.max_hashes_per_step = absl::GetFlag(FLAGS_max_hashes_per_step);
   options.fair_share = absl::GetFlag(FLAGS_fair_share);
+  options.operation_timing_interval =
+      absl::GetFlag(FLAGS_operation_timing_interval);
+  if (options.operation_timing_interval < 1) {
+    return absl::InvalidArgumentError(
+        "--operation_timing_interval must be >= 1 (1: every operation)");
+  }
   if (options.max_operations_per_step < 1) {
     return absl::InvalidArgumentError("--max_ops_per_step must be >= 1");
   }

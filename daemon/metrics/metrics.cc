@@ -153,30 +153,34 @@ class Metrics::Scrape final : public prometheus::Collectable {
   const Metrics* const metrics_;
 };
 
-// The Step operations' latencies. A Step's samples are counted into plain
-// arrays under one lock (per Step, not per operation), and moved into the
-// held histograms at scrape time (Take, then one ObserveMultiple per
-// kind). prometheus::Histogram::Observe would cost a lock and an atomic
-// read-modify-write per bucket for every kind a Step used: with 17 buckets,
-// a sixth of a 256-operation Step's time in the core.
+// The Step operations' counts and sampled latencies. A Step's are counted
+// into plain arrays under one lock (per Step, not per operation), and moved
+// into the held histograms and counters at scrape time (Take, then one
+// ObserveMultiple and one Increment per kind). prometheus::Histogram::Observe
+// would cost a lock and an atomic read-modify-write per bucket for every
+// operation timed.
 class Metrics::OperationLatencies {
  public:
   static constexpr size_t kBuckets = kLatencyBounds.size() + 1;  // + Inf
   struct Kind {
-    std::array<uint64_t, kBuckets> counts{};
+    std::array<uint64_t, kBuckets> counts{};  // of the operations timed
     double sum = 0;
+    uint64_t operations = 0;  // every one that ran
   };
 
-  void Add(absl::Span<const OperationSample> samples) {
+  void Add(const StepOperations& step) {
     const prometheus::Histogram::BucketBoundaries& bounds = LatencyBuckets();
     absl::MutexLock lock(&mu_);
-    for (const OperationSample& s : samples) {
+    for (int k = 1; k < kOps; ++k) {
+      kinds_[k].operations += static_cast<uint64_t>(step.counts[k]);
+    }
+    for (const OperationSample& s : step.timed) {
       const int k = static_cast<int>(s.kind);
       if (k <= 0 || k >= kOps) continue;
       // The first bound >= the value (le semantics); past the last: +Inf.
       // Scanned from the bottom rather than bisected: nearly every operation
-      // takes under the first bound (1 us), so this is one comparison, where
-      // a bisection's four mispredict.
+      // takes under the first bound, so this is one comparison, where a
+      // bisection's four mispredict.
       size_t b = 0;
       while (b < bounds.size() && s.seconds > bounds[b]) ++b;
       Kind& kind = kinds_[k];
@@ -408,7 +412,14 @@ Metrics::Metrics(StateCache* cache, Options options)
           .Name("statecache_step_operation_duration_seconds")
           .Help(
               "Time one Step operation spends in the daemon's core, by "
-              "operation.")
+              "operation: a random sample of the operations, about one in "
+              "--operation_timing_interval (statecache_step_operations_total "
+              "counts them all).")
+          .Register(*registry_);
+  auto& op_counts =
+      prometheus::BuildCounter()
+          .Name("statecache_step_operations_total")
+          .Help("Step operations run, refused ones included, by operation.")
           .Register(*registry_);
   auto& op_refusals =
       prometheus::BuildCounter()
@@ -422,6 +433,7 @@ Metrics::Metrics(StateCache* cache, Options options)
     const char* name = OperationName(k);
     if (name == nullptr) continue;
     op_histograms_[k] = &op_seconds.Add({{"op", name}}, LatencyBuckets());
+    op_counts_[k] = &op_counts.Add({{"op", name}});
     for (absl::StatusCode code : kRefusalCodes) {
       op_refusals_[k][static_cast<int>(code)] =
           &op_refusals.Add({{"op", name}, {"code", CodeName(code)}});
@@ -559,6 +571,9 @@ void Metrics::Refresh() const {
       n += taken[k].counts[b];
     }
     if (n > 0) op_histograms_[k]->ObserveMultiple(increments, taken[k].sum);
+    if (taken[k].operations > 0) {
+      op_counts_[k]->Increment(static_cast<double>(taken[k].operations));
+    }
   }
 }
 
@@ -573,13 +588,13 @@ void Metrics::OnRpc(RpcMethod method, absl::StatusCode code, double seconds) {
   }
 }
 
-void Metrics::OnOperations(absl::Span<const OperationSample> samples) {
-  op_seconds_->Add(samples);
-  for (const OperationSample& s : samples) {
+void Metrics::OnOperations(const StepOperations& step) {
+  op_seconds_->Add(step);
+  for (const OperationSample& s : step.refused) {
     const int k = static_cast<int>(s.kind);
     const int c = static_cast<int>(s.code);
-    if (s.code != absl::StatusCode::kOk && k > 0 && k < kOps && c >= 0 &&
-        c < kCodes && op_refusals_[k][c] != nullptr) {
+    if (k > 0 && k < kOps && c >= 0 && c < kCodes &&
+        op_refusals_[k][c] != nullptr) {
       op_refusals_[k][c]->Increment();
     }
   }

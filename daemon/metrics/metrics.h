@@ -14,9 +14,9 @@
 //   * what only the edges see (RPC and Step-operation latencies and refusals,
 //     resizes, copies) is recorded into the held children directly, so
 //     recording is an array index and an atomic add: no label set is built
-//     and nothing is allocated per call. (The Step operations' latencies
-//     are counted into plain arrays per Step and moved into their held
-//     histograms at scrape; see OperationLatencies.)
+//     and nothing is allocated per call. (The Step operations' counts and
+//     sampled latencies are counted into plain arrays per Step and moved
+//     into their held series at scrape; see OperationLatencies.)
 //
 // How to read them is in each family's help text (and docs/operators.md).
 //
@@ -70,7 +70,7 @@ class Metrics final : public StateCacheObserver, public RpcObserver {
   // RpcObserver.
   void OnRpc(RpcMethod method, absl::StatusCode code, double seconds) override;
   // StateCacheObserver (called with the core's mutex held: cheap only).
-  void OnOperations(absl::Span<const OperationSample> samples) override;
+  void OnOperations(const StepOperations& step) override;
   bool wants_operations() const override { return true; }
   void OnResize(int64_t from_slots, int64_t to_slots) override;
 
@@ -81,8 +81,8 @@ class Metrics final : public StateCacheObserver, public RpcObserver {
   class Scrape;
   class OperationLatencies;
   struct StatsSeries;
-  static constexpr int kOps = 16;    // Operation kinds 1..15 (+ unset)
-  static constexpr int kCodes = 17;  // absl::StatusCode 0..16
+  static constexpr int kOps = kOperationKinds;  // 1..15 (+ unset)
+  static constexpr int kCodes = 17;             // absl::StatusCode 0..16
 
   // What a scrape does before the registry is serialised: the GetStats
   // series from one GetStats call, and the Step operations' latencies
@@ -105,10 +105,12 @@ class Metrics final : public StateCacheObserver, public RpcObserver {
   std::array<std::array<prometheus::Counter*, kCodes>,
              static_cast<int>(RpcMethod::kCount)>
       rpc_refusals_{};
-  // statecache_step_operation_duration_seconds: plain counts under one lock
-  // per Step, moved into the held histograms (`op_histograms_`) at scrape.
+  // statecache_step_operation_duration_seconds and
+  // statecache_step_operations_total: plain counts under one lock per Step,
+  // moved into the held histograms and counters at scrape.
   std::unique_ptr<OperationLatencies> op_seconds_;
   std::array<prometheus::Histogram*, kOps> op_histograms_{};
+  std::array<prometheus::Counter*, kOps> op_counts_{};
   std::array<std::array<prometheus::Counter*, kCodes>, kOps> op_refusals_{};
   prometheus::Counter* resizes_grow_ = nullptr;
   prometheus::Counter* resizes_shrink_ = nullptr;

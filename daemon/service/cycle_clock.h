@@ -1,12 +1,11 @@
-// CycleClock: a cheap tick counter for timing the operations of a Step.
+// CycleClock: a cheap tick counter for timing Step operations
+// (operation_timing.h).
 //
-// A Step times each of its operations (one read per operation boundary, so
-// 257 reads for 256 operations), and a typical operation takes 50-500 ns.
-// std::chrono::steady_clock costs 16 ns a read here and, through the vDSO,
-// orders the read with a fence that drains the pipeline each time; plain
-// rdtsc costs 7 ns and lets the operations around it overlap. On x86-64
-// with an invariant TSC (constant rate, runs in every C-state) ticks are TSC
-// cycles; elsewhere they are steady_clock nanoseconds.
+// std::chrono::steady_clock reads through the vDSO with a fence that drains
+// the pipeline each time; plain rdtsc is cheaper and lets the operations
+// around it overlap. On x86-64 with an invariant TSC (constant rate, runs in
+// every C-state) ticks are TSC cycles; elsewhere they are steady_clock
+// nanoseconds.
 //
 // Thread-safe.
 #ifndef STATECACHE_DAEMON_SERVICE_CYCLE_CLOCK_H_

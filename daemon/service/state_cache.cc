@@ -76,6 +76,11 @@ absl::StatusOr<std::unique_ptr<StateCache>> StateCache::Create(
   if (options.max_operations_per_step < 1) {
     return absl::InvalidArgumentError("max_operations_per_step must be >= 1");
   }
+  if (options.operation_timing_interval < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("operation_timing_interval must be >= 1, got ",
+                     options.operation_timing_interval));
+  }
   if (options.quarantine < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("quarantine must be >= 0");
   }
@@ -127,8 +132,10 @@ void StateCache::AddObserver(StateCacheObserver* observer) {
   resume_observers_.push_back(observer);
   resize_observers_.push_back(observer);
   memory_.AddCopyObserver(observer);
-  if (observer->wants_operations()) {
-    seconds_per_tick_ = CycleClock::SecondsPerTick();  // calibrated once
+  if (observer->wants_operations() && !timing_) {
+    timing_.emplace(options_.operation_timing_interval,
+                    CycleClock::SecondsPerTick(),  // calibrated once
+                    epoch_);
   }
 }
 
@@ -403,13 +410,11 @@ void StateCache::RunOperations(Session& session, const v1::StepRequest& request,
       .resume_observers = resume_observers_,
       .draining = draining_,
       .max_slots_per_session = options_.max_slots_per_session};
-  const bool timed = seconds_per_tick_ > 0;
-  // One clock read per operation boundary: each operation's end is the next
-  // one's start.
-  uint64_t mark = timed ? CycleClock::Now() : 0;
+  OperationTiming* const timing = timing_ ? &*timing_ : nullptr;
   for (int i = 0; i < n; ++i) {
     v1::Operation::KindCase kind;
     absl::Status status;
+    const bool timed = timing != nullptr && timing->Start();
     if (packed) {
       kind = static_cast<v1::Operation::KindCase>(request.packed().kinds(i));
       status = RunPackedOperation(context, kind, reader, writer, *scratch_);
@@ -424,19 +429,11 @@ void StateCache::RunOperations(Session& session, const v1::StepRequest& request,
         result->set_message(std::string(status.message()));
       }
     }
-    if (timed) {
-      const uint64_t now = CycleClock::Now();
-      const uint64_t ticks = now > mark ? now - mark : 0;
-      // ok() is inline; code() is not, and most operations succeed.
-      samples_.push_back(OperationSample{
-          kind, status.ok() ? absl::StatusCode::kOk : status.code(),
-          static_cast<double>(ticks) * seconds_per_tick_});
-      mark = now;
-    }
+    if (timing != nullptr) timing->Finish(timed, kind, status);
   }
-  if (timed) {
-    for (StateCacheObserver* o : observers_) o->OnOperations(samples_);
-    samples_.clear();
+  if (timing != nullptr) {
+    for (StateCacheObserver* o : observers_) o->OnOperations(timing->step());
+    timing->Clear();
   }
   // The engine writes the slots this reply hands it: the checkpoints their
   // pops spent leave for the host tier first.

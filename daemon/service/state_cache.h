@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -39,6 +40,7 @@
 #include "daemon/service/access_policy.h"
 #include "daemon/service/cycle_clock.h"
 #include "daemon/service/fair_turns.h"
+#include "daemon/service/operation_timing.h"
 #include "daemon/service/operations.h"
 #include "daemon/service/peer.h"
 #include "daemon/service/resize.h"
@@ -77,6 +79,11 @@ struct StateCacheOptions {
   // session's many Steps in flight wait behind each other, not in front of
   // another session's; false lets whoever takes the mutex first go first.
   bool fair_share = true;
+  // When an observer wants operation timings: time about one Step operation
+  // in this many, chosen at random (operation_timing.h); 1 times every one.
+  // A clock read costs about what a cheap operation does. Counts and
+  // refusals are exact either way. REQUIRES: >= 1.
+  int32_t operation_timing_interval = 16;
   // Room for the host tier's checkpoint images (SlotMemory's host tier);
   // 0 = off. REQUIRES: a device when > 0.
   uint64_t host_tier_bytes = 0;
@@ -102,14 +109,6 @@ struct StateCacheOptions {
   std::shared_ptr<Device> device;
 };
 
-// One Step operation as observers see it: its kind, how it ended and its
-// time inside the core (its result's building included).
-struct OperationSample {
-  v1::Operation::KindCase kind = v1::Operation::KIND_NOT_SET;
-  absl::StatusCode code = absl::StatusCode::kOk;
-  double seconds = 0;
-};
-
 // Observer of core events, for metrics. Calls arrive with the core's mutex
 // held: implementations must be cheap and must not call back into StateCache.
 class StateCacheObserver : public ResumeObserver,
@@ -119,11 +118,13 @@ class StateCacheObserver : public ResumeObserver,
   virtual void OnSessionEnded(const std::string& session_id,
                               const std::string& client_name, SessionEnd how,
                               int32_t requests_released) {}
-  // A Step's operations ran (refused or not), one sample each, in order.
-  // Once per Step rather than per operation, so an observer can aggregate
-  // before it touches shared metrics. Called only when some observer wants
-  // it (wants_operations).
-  virtual void OnOperations(absl::Span<const OperationSample> samples) {}
+  // A Step's operations ran (refused or not): their counts by kind, their
+  // refusals, and the sample of them that was timed (see operation_timing.h
+  // and StateCacheOptions::operation_timing_interval). Once per Step rather
+  // than per operation, so an observer can aggregate before it touches
+  // shared metrics. Called only when some observer wants it
+  // (wants_operations).
+  virtual void OnOperations(const StepOperations& step) {}
   virtual bool wants_operations() const { return false; }
 };
 
@@ -318,9 +319,6 @@ class StateCache {
   // The same observers, as the narrower interfaces the parts take.
   std::vector<ResumeObserver*> resume_observers_;
   std::vector<ResizeObserver*> resize_observers_;
-  // CycleClock's seconds per tick once some observer wants operation
-  // timings; 0 while none does (then a Step reads no clock).
-  double seconds_per_tick_ = 0;
 
   // Taken before mu_ by each Step when options_.fair_share.
   FairTurns turns_;
@@ -339,9 +337,10 @@ class StateCache {
   ServiceCounters counters_ ABSL_GUARDED_BY(mu_);
   v1::WarmRestartStats warm_restart_ ABSL_GUARDED_BY(mu_);
   uint64_t next_request_seqno_ ABSL_GUARDED_BY(mu_) = 0;
-  // Reused by every Step: the current Step's samples, the packed form's
-  // messages, room to sort pins.
-  std::vector<OperationSample> samples_ ABSL_GUARDED_BY(mu_);
+  // Made when some observer first wants operation timings; while none
+  // does, a Step counts nothing and reads no clock.
+  std::optional<OperationTiming> timing_ ABSL_GUARDED_BY(mu_);
+  // Reused by every Step: the packed form's messages, room to sort pins.
   OperationScratchPtr scratch_ ABSL_GUARDED_BY(mu_);
   PinScratch pins_ ABSL_GUARDED_BY(mu_);
 };

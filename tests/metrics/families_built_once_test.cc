@@ -36,6 +36,7 @@ std::unique_ptr<StateCache> NewCache() {
   options.num_slots = 8;
   options.max_slots = 64;
   options.transfer = *StateTransfer::Create(TransferKind::kFork, 1, true);
+  options.operation_timing_interval = 1;  // every operation observed
   return *StateCache::Create(std::move(options));
 }
 

@@ -309,6 +309,9 @@ class Driver:
     def release(self, request_id):
         return self.pb2.Operation(release=self.pb2.Release(request_id=request_id))
 
+    def lookup(self, hash_):
+        return self.pb2.Operation(lookup=self.pb2.Lookup(hash=hash_))
+
     def unindex(self, *hashes):
         return self.pb2.Operation(unindex=self.pb2.Unindex(hashes=list(hashes)))
 

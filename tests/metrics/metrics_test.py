@@ -103,6 +103,7 @@ class ScrapeTest(unittest.TestCase):
         self.assertEqual(m.value("statecache_checkpoints_orphaned_total"), 1)
         self.assertEqual(m.value("statecache_step_operation_refusals_total",
                                  op="admit", code="ALREADY_EXISTS"), 1)
+        self.assertEqual(m.value("statecache_step_operations_total", op="admit"), 2)
 
         # Every statecache_ family says what it is and how to read it.
         helps, types = {}, {}
@@ -122,6 +123,7 @@ class ScrapeTest(unittest.TestCase):
                      "statecache_rpc_duration_seconds", "statecache_rpc_refusals_total",
                      "statecache_step_operation_duration_seconds",
                      "statecache_step_operation_refusals_total",
+                     "statecache_step_operations_total",
                      "statecache_copy_bytes_total", "statecache_copy_seconds_total",
                      "statecache_sessions", "statecache_lease_expiries_total",
                      "statecache_session_evictions_total", "statecache_resizes_total",
@@ -157,6 +159,52 @@ class ScrapeTest(unittest.TestCase):
         self.assertGreaterEqual(checked, 20, "%s lists almost nothing" % listed)
 
 
+class OperationTimingTest(unittest.TestCase):
+    """At the default --operation_timing_interval (16) the daemon times a
+    random sample of the Step operations and counts every one."""
+
+    def setUp(self):
+        self.daemon = Daemon(["--num_slots=16"])
+
+    def tearDown(self):
+        self.daemon.stop()
+
+    def test_a_sample_is_timed_and_every_operation_counted(self):
+        passes, pairs = 100, 20
+        driver = Driver(self.daemon)
+        try:
+            session = driver.attach()
+            for _ in range(passes):
+                ops = [driver.begin_pass()]
+                for _ in range(pairs):
+                    ops += [driver.lookup(7), driver.unindex(7)]
+                results = driver.step(session, *ops)
+                self.assertEqual([r.code for r in results], [OK] * len(ops))
+            driver.detach(session)
+        finally:
+            driver.close()
+        m = self.daemon.metrics()
+        ran = passes * (2 * pairs + 1)
+        self.assertEqual(sum(m.series("statecache_step_operations_total").values()), ran)
+        self.assertEqual(m.value("statecache_step_operations_total", op="lookup"), passes * pairs)
+        self.assertEqual(m.value("statecache_step_operations_total", op="unindex"), passes * pairs)
+        self.assertEqual(m.value("statecache_step_operations_total", op="begin_pass"), passes)
+        counts = m.series("statecache_step_operation_duration_seconds_count")
+        timed = sum(counts.values())
+        # Gaps uniform in [1, 31]: about ran / 16 (256), within a few dozen;
+        # every operation timed would give 4100.
+        self.assertGreater(timed, ran // 16 * 7 // 10)
+        self.assertLess(timed, ran // 16 * 13 // 10)
+        # The two alternating kinds both timed, in like measure (a fixed
+        # stride of 16 would time only one of them).
+        lookups = counts[frozenset({("op", "lookup")})]
+        unindexes = counts[frozenset({("op", "unindex")})]
+        self.assertGreater(lookups, timed * 3 // 10)
+        self.assertGreater(unindexes, timed * 3 // 10)
+        self.assertGreater(m.value("statecache_step_operation_duration_seconds_sum",
+                                   op="lookup"), 0)
+
+
 class ScenarioTest(unittest.TestCase):
     """A known scenario; every expected value is derived in the comments.
 
@@ -172,9 +220,11 @@ class ScenarioTest(unittest.TestCase):
         # --quarantine=0: the scenario's hand-worked occupancy has an
         # evicted session's slots back at once (fencing is tested in
         # tests/service and tests/integration).
+        # --operation_timing_interval=1: every operation timed, so the
+        # histograms' counts are exact too.
         self.daemon = Daemon(["--num_slots=8", "--hash_block_size=4", "--transfer=fork",
                               "--fork_tokens=1", "--lease_ttl=%dms" % self.LEASE_MS,
-                              "--quarantine=0"])
+                              "--quarantine=0", "--operation_timing_interval=1"])
         self.driver = Driver(self.daemon)
 
     def tearDown(self):
@@ -351,6 +401,9 @@ class ScenarioTest(unittest.TestCase):
                              .values()), 37)
         self.assertEqual(m.value("statecache_step_operation_duration_seconds_count",
                                  op="admit"), 4 + 6 + 4 + 1)
+        self.assertEqual(sum(m.series("statecache_step_operations_total").values()), 37)
+        self.assertEqual(m.value("statecache_step_operations_total", op="admit"),
+                         4 + 6 + 4 + 1)
         status, output = harness.promtool_check_metrics(m.text)
         self.assertEqual((status, output), (0, ""))
 

@@ -1,7 +1,8 @@
-// Metrics::OnOperations folds a Step's operation samples into the
+// Metrics::OnOperations folds a Step's timed operations into the
 // per-operation histograms with one ObserveMultiple per kind; the buckets,
-// counts and sums must be exactly what one Histogram::Observe per sample
-// would give, boundaries and +Inf included.
+// counts and sums must be exactly what one Histogram::Observe per timed
+// operation would give, boundaries and +Inf included. Its counts go to
+// statecache_step_operations_total.
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -54,17 +55,21 @@ TEST(OperationHistogram, BatchedEqualsOneObservePerSample) {
   std::vector<double> admit_values = {
       0, 1e-6, 1e-6 * 1.0000001, 2.4e-6, 2.5e-6, 5e-3, 0.1, 1.0, 2.0, 1e-4};
   std::vector<double> checkpoint_values = {3e-7, 7e-5, 7e-5, 0.3};
-  std::vector<OperationSample> step;
+  StepOperations step;
   for (size_t i = 0; i < admit_values.size(); ++i) {
-    step.push_back(
+    step.timed.push_back(
         {v1::Operation::kAdmit,
          i == 3 ? absl::StatusCode::kResourceExhausted : absl::StatusCode::kOk,
          admit_values[i]});
+    if (i == 3) step.refused.push_back(step.timed.back());
     if (i < checkpoint_values.size()) {
-      step.push_back({v1::Operation::kCheckpoint, absl::StatusCode::kOk,
-                      checkpoint_values[i]});
+      step.timed.push_back({v1::Operation::kCheckpoint, absl::StatusCode::kOk,
+                            checkpoint_values[i]});
     }
   }
+  // Operations that ran but were not timed are counted, not observed.
+  step.counts[v1::Operation::kAdmit] = 25;
+  step.counts[v1::Operation::kCheckpoint] = 7;
   // Two Steps: the scratch must be reset between them.
   metrics.OnOperations(step);
   metrics.OnOperations(step);
@@ -111,6 +116,11 @@ TEST(OperationHistogram, BatchedEqualsOneObservePerSample) {
   const std::string text = metrics.Render();
   EXPECT_NE(text.find("statecache_step_operation_refusals_total{code="
                       "\"RESOURCE_EXHAUSTED\",op=\"admit\"} 2"),
+            std::string::npos);
+  // Every operation counted, timed or not.
+  EXPECT_NE(text.find("statecache_step_operations_total{op=\"admit\"} 50"),
+            std::string::npos);
+  EXPECT_NE(text.find("statecache_step_operations_total{op=\"checkpoint\"} 14"),
             std::string::npos);
 }
 

@@ -105,9 +105,13 @@ TEST(FairTurnsTest, ALateSessionWaitsBehindOneStepOfEachOther) {
 // until released, and records which operation each Step ran.
 class StepGate : public StateCacheObserver {
  public:
-  void OnOperations(absl::Span<const OperationSample> samples) override {
-    kinds_.push_back(samples.empty() ? v1::Operation::KIND_NOT_SET
-                                     : samples[0].kind);
+  void OnOperations(const StepOperations& step) override {
+    // Each Step here carries one operation: the kind counted.
+    v1::Operation::KindCase kind = v1::Operation::KIND_NOT_SET;
+    for (int k = 1; k < kOperationKinds; ++k) {
+      if (step.counts[k] > 0) kind = static_cast<v1::Operation::KindCase>(k);
+    }
+    kinds_.push_back(kind);
     if (kinds_.size() == 1) {
       entered_.Notify();
       release_.WaitForNotification();

@@ -219,24 +219,44 @@ TEST(StateCacheTest, CheckpointThenResumeForksFromTheCheckpoint) {
   EXPECT_TRUE(f.cache->CheckInvariants().ok()) << f.cache->CheckInvariants();
 }
 
-// An observer that wants operation timings gets one sample per operation,
-// in the operation's order, in seconds: together no more than the Step took
-// (measured around it on steady_clock). Ticks taken for seconds, or the
-// calibration skipped, would make them ~1e9 times too large.
+// An observer that wants operation timings gets, with an interval of 1, one
+// sample per operation, in the operation's order, in seconds: together no
+// more than the Step took (measured around it on steady_clock). Ticks taken
+// for seconds, or the calibration skipped, would make them ~1e9 times too
+// large.
 class SampleRecorder : public StateCacheObserver {
  public:
-  void OnOperations(absl::Span<const OperationSample> samples) override {
-    samples_.assign(samples.begin(), samples.end());
+  void OnOperations(const StepOperations& step) override {
+    samples_.assign(step.timed.begin(), step.timed.end());
+    refused_.assign(step.refused.begin(), step.refused.end());
+    counts_ = step.counts;
+    for (int k = 0; k < kOperationKinds; ++k) total_counts_[k] += counts_[k];
+    for (const OperationSample& s : step.timed) ++total_timed_[s.kind];
   }
   bool wants_operations() const override { return true; }
   const std::vector<OperationSample>& samples() const { return samples_; }
+  const std::vector<OperationSample>& refused() const { return refused_; }
+  const std::array<int32_t, kOperationKinds>& counts() const { return counts_; }
+  // Over every Step seen.
+  const std::array<int64_t, kOperationKinds>& total_counts() const {
+    return total_counts_;
+  }
+  const std::array<int64_t, kOperationKinds>& total_timed() const {
+    return total_timed_;
+  }
 
  private:
   std::vector<OperationSample> samples_;
+  std::vector<OperationSample> refused_;
+  std::array<int32_t, kOperationKinds> counts_{};
+  std::array<int64_t, kOperationKinds> total_counts_{};
+  std::array<int64_t, kOperationKinds> total_timed_{};
 };
 
 TEST(StateCacheTest, StepTimesEachOperationInSeconds) {
-  Fixture f(/*num_slots=*/64);
+  Fixture f(/*num_slots=*/64,
+            *StateTransfer::Create(TransferKind::kFork, 1, true),
+            [](StateCacheOptions& o) { o.operation_timing_interval = 1; });
   SampleRecorder recorder;
   f.cache->AddObserver(&recorder);
   const std::string s = f.Attach();
@@ -265,6 +285,52 @@ TEST(StateCacheTest, StepTimesEachOperationInSeconds) {
   EXPECT_NE(resp.results(43).code(), 0);
   EXPECT_GT(sum, 0);
   EXPECT_LE(sum, took);
+}
+
+// At the default interval every operation is still counted by kind and
+// every refusal reported, but only a sample is timed: about one in 16, and
+// of every kind, however the pass's kinds alternate. 400 passes of
+// begin_pass, then lookup and release alternating (the release refused:
+// NOT_FOUND), and one refused admit: a fixed stride of 16 would time only
+// lookups, or only releases.
+TEST(StateCacheTest, StepTimesARandomSampleAndCountsEveryOperation) {
+  Fixture f(/*num_slots=*/64);
+  SampleRecorder recorder;
+  f.cache->AddObserver(&recorder);
+  const std::string s = f.Attach();
+  constexpr int kPasses = 400;
+  constexpr int kPairs = 20;
+  for (int pass = 0; pass < kPasses; ++pass) {
+    StepBuilder step(s);
+    step.BeginPass();
+    for (int i = 0; i < kPairs; ++i) step.Lookup(7).Release("nobody");
+    if (pass == 0) step.Admit("bad", 0, 10, {}, 0);
+    RunStep(*f.cache, step);
+    if (pass == 0) {
+      EXPECT_EQ(recorder.counts()[v1::Operation::kAdmit], 1);
+      ASSERT_EQ(recorder.refused().size(), kPairs + 1u);
+      EXPECT_EQ(recorder.refused().back().kind, v1::Operation::kAdmit);
+      EXPECT_EQ(recorder.refused().back().code,
+                absl::StatusCode::kInvalidArgument);
+      EXPECT_EQ(recorder.refused().front().kind, v1::Operation::kRelease);
+      EXPECT_EQ(recorder.refused().front().code, absl::StatusCode::kNotFound);
+    }
+  }
+  const auto& counts = recorder.total_counts();
+  EXPECT_EQ(counts[v1::Operation::kBeginPass], kPasses);
+  EXPECT_EQ(counts[v1::Operation::kLookup], kPasses * kPairs);
+  EXPECT_EQ(counts[v1::Operation::kRelease], kPasses * kPairs);
+  const auto& timed = recorder.total_timed();
+  const int64_t operations = kPasses * (2 * kPairs + 1) + 1;
+  int64_t all_timed = 0;
+  for (int64_t t : timed) all_timed += t;
+  // Gaps uniform in [1, 31] (mean 16, deviation 9): over ~16000 operations
+  // about 1000 are timed, within a few dozen.
+  EXPECT_GT(all_timed, operations / 16 * 8 / 10);
+  EXPECT_LT(all_timed, operations / 16 * 12 / 10);
+  // Both alternating kinds, in like measure.
+  EXPECT_GT(timed[v1::Operation::kLookup], all_timed * 4 / 10);
+  EXPECT_GT(timed[v1::Operation::kRelease], all_timed * 4 / 10);
 }
 
 // The clock releases a session's pins in slot order, however many there are
