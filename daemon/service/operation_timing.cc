@@ -16,6 +16,7 @@ void OperationTiming::Clear() {
   step_.counts.fill(0);
   step_.timed.clear();
   step_.refused.clear();
+  chained_ = false;  // the time between Steps is no operation's
 }
 
 uint32_t OperationTiming::NextGap() {

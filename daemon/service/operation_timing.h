@@ -56,7 +56,7 @@ class OperationTiming {
   // Before an operation: true if it is to be timed, the clock read if so.
   bool Start() {
     if (--until_timed_ != 0) return false;
-    start_ = CycleClock::Now();
+    if (!chained_) start_ = CycleClock::Now();
     return true;
   }
 
@@ -75,6 +75,9 @@ class OperationTiming {
                 seconds_per_tick_;
       step_.timed.push_back(OperationSample{kind, code, seconds});
       until_timed_ = NextGap();
+      // The next operation is timed too: its start is this one's end.
+      chained_ = until_timed_ == 1;
+      start_ = now;
     }
     if (code != absl::StatusCode::kOk) {
       step_.refused.push_back(OperationSample{kind, code, seconds});
@@ -96,6 +99,9 @@ class OperationTiming {
   uint64_t rng_;
   uint32_t until_timed_;
   uint64_t start_ = 0;
+  // start_ is already the next operation's start (the operation before it
+  // in this Step was timed and ended there).
+  bool chained_ = false;
   StepOperations step_;
 };
 
