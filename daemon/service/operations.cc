@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/common/status_macros.h"
+#include "daemon/service/operation_timing.h"
 
 namespace statecache {
 
@@ -388,6 +389,10 @@ using AllKinds = std::tuple<
     Kind<O::kCopy, v1::Copy, v1::CopyResult, &O::copy, &R::mutable_copy, &Copy>,
     Kind<O::kSnapshot, v1::Snapshot, v1::SnapshotResult, &O::snapshot,
          &R::mutable_snapshot, &Snapshot>>;
+
+// Operation kinds are 1..N with none missing: the counts observers get are
+// indexed by kind.
+static_assert(std::tuple_size_v<AllKinds> + 1 == kOperationKinds);
 
 template <typename Tuple>
 struct ScratchOf;
