@@ -26,8 +26,7 @@
 
 namespace statecache {
 
-// Operation kinds are Operation's `kind` field numbers: 1 .. kOperationKinds
-// - 1.
+// Operation kinds are Operation's `kind` field numbers, all below this.
 inline constexpr int kOperationKinds = v1::Operation::kSnapshot + 1;
 
 // One Step operation as observers see it: its kind, how it ended and, when
