@@ -8,13 +8,19 @@
 #    /var/tmp/statecache-fresh, emptied first), from the mirror this
 #    machine's apt sources name; the chroot then gets those sources and the
 #    host's Acquire:: settings (proxies, validity checks), nothing else.
-# 2. git clone of this repository's HEAD into DIR/src/statecache (committed
-#    work only; no ../shared beside it, as in any clone).
+# 2. git clone of this repository's HEAD into DIR/root/statecache, under a
+#    0700 /root as a real root user's home is (committed work only; no
+#    ../shared beside it, as in any clone), so a test that runs something as
+#    another uid from the clone fails here as it would for a user. A second
+#    clone, readable by everyone, in DIR/src/statecache for step 3 only.
 # 3. As an unprivileged user without sudo: ./run.sh must stop with the one
 #    sentence naming the packages to install, and exit 1.
-# 4. As root: ./run.sh until the daemon logs "listening on", then SIGTERM;
+# 4. The package sets' sizes, as apt would install them on this root
+#    (.ci/install-deps SET --list; nothing installed): the README quotes
+#    them.
+# 5. As root: ./run.sh until the daemon logs "listening on", then SIGTERM;
 #    it must exit 0.
-# 5. As root: ./test.sh; it must exit 0.
+# 6. As root: ./test.sh; it must exit 0.
 #
 # Each step's time and result are printed; the logs stay in DIR/logs/. The
 # chroot shares this machine's network (apt needs it, and the suite listens
@@ -110,6 +116,8 @@ mount --bind /dev "$root/dev"
 mount -t devpts devpts "$root/dev/pts"
 mount -t tmpfs shm "$root/dev/shm"
 
+chmod 0700 "$root/root"
+git clone --quiet "$repo" "$root/root/statecache"
 git clone --quiet "$repo" "$root/src/statecache"
 chmod -R a+rX "$root/src"
 
@@ -121,7 +129,7 @@ in_root() {
     PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "$@"
 }
 
-# 3. Unprivileged, no sudo: one sentence, exit 1.
+# 3. Unprivileged, no sudo: one sentence, exit 1 (from the readable clone).
 t=$(now)
 rc=0
 (in_root setpriv --reuid=65534 --regid=65534 --clear-groups /bin/sh -c \
@@ -136,9 +144,38 @@ fi
 step "./run.sh as nobody: names the packages" $(($(now) - t)) $rc
 sed 's/^/    /' "$logs/run-unprivileged.log"
 
-# 4. ./run.sh serves.
+# 4. The package sets: how many packages apt would add for each, and the
+# disk they take.
 t=$(now)
-in_root /bin/sh -c 'cd /src/statecache && exec ./run.sh' \
+rc=0
+# apt_would SET...: "PACKAGES DISK" for installing those sets' packages.
+apt_would() {
+  pkgs=""
+  for set in "$@"; do
+    pkgs="$pkgs $(sh "$root/root/statecache/.ci/install-deps" "$set" --list)"
+  done
+  # shellcheck disable=SC2086  # the package names, one word each
+  (in_root apt-get install --no-install-recommends --assume-no $pkgs) \
+    2>&1 | awk '/newly installed/ {n = $3}
+      /additional disk space/ {d = $4 " " $5}
+      END {print n + 0, d}'
+}
+{ (in_root apt-get update -qq) && run_set=$(apt_would run) &&
+  both_sets=$(apt_would run test); } >"$logs/package-sets.log" 2>&1 || rc=$?
+step "package sets (apt-get --assume-no)" $(($(now) - t)) $rc
+if [ $rc -eq 0 ]; then
+  run_pkgs=$(sh "$repo/.ci/install-deps" run --list | wc -l)
+  all_pkgs=$(sh "$repo/.ci/install-deps" test --list | wc -l)
+  echo "    run set: $run_pkgs packages, ${run_set%% *} with dependencies," \
+    "${run_set#* }"
+  echo "    test set: $((all_pkgs - run_pkgs)) more," \
+    "$((${both_sets%% *} - ${run_set%% *})) more with dependencies;" \
+    "both: ${both_sets#* }"
+fi
+
+# 5. ./run.sh serves.
+t=$(now)
+in_root /bin/sh -c 'cd /root/statecache && exec ./run.sh' \
   >"$logs/run.log" 2>&1 &
 daemon=$!
 rc=1
@@ -157,10 +194,10 @@ fi
 step "./run.sh until listening, then SIGTERM" $serving $rc
 grep -m1 "installing" "$logs/run.log" | sed 's/^/    /' || true
 
-# 5. ./test.sh passes.
+# 6. ./test.sh passes.
 t=$(now)
 rc=0
-(in_root /bin/sh -c 'cd /src/statecache && exec ./test.sh') \
+(in_root /bin/sh -c 'cd /root/statecache && exec ./test.sh') \
   >"$logs/test.log" 2>&1 || rc=$?
 step "./test.sh" $(($(now) - t)) $rc
 sed -n '/^statecache test summary/,$p' "$logs/test.log" | sed 's/^/    /'

@@ -10,9 +10,11 @@ need root to start it; the suite runs as root.
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import grpc
@@ -41,12 +43,31 @@ def open_to_everyone(daemon):
 
 
 def as_nobody(daemon, victim_session_id, *calls):
-    """Runs peer_calls.py as nobody; returns call -> (code name, message)."""
-    done = subprocess.run(
-        [sys.executable, _PEER_CALLS, daemon.address, MODEL_ID, str(BLOCK),
-         victim_session_id] + list(calls),
-        user=NOBODY, group=NOBODY, capture_output=True, text=True,
-        timeout=60, env=dict(os.environ))
+    """Runs peer_calls.py as nobody; returns call -> (code name, message).
+
+    What nobody runs (the script and the statecache package it imports) is
+    copied into a private directory made readable to nobody alone, and
+    removed afterwards: the clone may live where nobody cannot read (a 0700
+    home directory)."""
+    with tempfile.TemporaryDirectory(prefix="statecache-peer-") as carried:
+        shutil.copy(_PEER_CALLS, carried)
+        # copytree follows the build tree's symlinks into the sources.
+        shutil.copytree(os.path.dirname(statecache.__file__),
+                        os.path.join(carried, "statecache"),
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        for parent, dirs, files in os.walk(carried):
+            os.chown(parent, 0, NOBODY)
+            os.chmod(parent, 0o750)
+            for name in files:
+                os.chown(os.path.join(parent, name), 0, NOBODY)
+                os.chmod(os.path.join(parent, name), 0o640)
+        env = dict(os.environ, PYTHONPATH=carried, PYTHONDONTWRITEBYTECODE="1")
+        done = subprocess.run(
+            [sys.executable, os.path.join(carried, "peer_calls.py"),
+             daemon.address, MODEL_ID, str(BLOCK), victim_session_id]
+            + list(calls),
+            user=NOBODY, group=NOBODY, capture_output=True, text=True,
+            timeout=60, env=env, cwd=carried)
     assert done.returncode == 0, done.stderr
     return {k: tuple(v) for k, v in json.loads(done.stdout).items()}
 
