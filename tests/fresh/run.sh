@@ -152,7 +152,8 @@ rc=0
 apt_would() {
   pkgs=""
   for set in "$@"; do
-    pkgs="$pkgs $(sh "$root/root/statecache/.ci/install-deps" "$set" --list)"
+    pkgs="$pkgs $( (in_root sh /root/statecache/.ci/install-deps "$set" \
+      --list) | tr '\n' ' ')"
   done
   # shellcheck disable=SC2086  # the package names, one word each
   (in_root apt-get install --no-install-recommends --assume-no $pkgs) \
@@ -164,8 +165,12 @@ apt_would() {
   both_sets=$(apt_would run test); } >"$logs/package-sets.log" 2>&1 || rc=$?
 step "package sets (apt-get --assume-no)" $(($(now) - t)) $rc
 if [ $rc -eq 0 ]; then
-  run_pkgs=$(sh "$repo/.ci/install-deps" run --list | wc -l)
-  all_pkgs=$(sh "$repo/.ci/install-deps" test --list | wc -l)
+  # Listed in the fresh root: the test set depends on what is installed
+  # there (kubectl).
+  run_pkgs=$( (in_root sh /root/statecache/.ci/install-deps run --list) |
+    wc -l)
+  all_pkgs=$( (in_root sh /root/statecache/.ci/install-deps test --list) |
+    wc -l)
   echo "    run set: $run_pkgs packages, ${run_set%% *} with dependencies," \
     "${run_set#* }"
   echo "    test set: $((all_pkgs - run_pkgs)) more," \
