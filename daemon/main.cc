@@ -158,9 +158,10 @@ ABSL_FLAG(int32_t, operation_timing_interval, 16,
           "what a cheap operation does); 1 times every one. "
           "statecache_step_operations_total counts them all.");
 ABSL_FLAG(int64_t, max_slots_per_session, 0,
-          "Slots one session's requests may hold at once (slots and midstep "
-          "reservations); an admit or reserve past it is refused "
-          "RESOURCE_EXHAUSTED. 0 = no quota.");
+          "Slots one session may keep from the others at once (its "
+          "requests' slots and midstep reservations, and the fork sources "
+          "its pin clock holds); an admit, reserve or checkpoint past it is "
+          "refused RESOURCE_EXHAUSTED. 0 = no quota.");
 ABSL_FLAG(std::string, quarantine, "lease_ttl",
           "How long the slots of a session whose lease lapsed, or that an "
           "operator evicted, are fenced before anyone else gets them (its "

@@ -678,7 +678,8 @@ absl::Status SlotMemory::DropUncopied(const SlotRetirement* pending,
 }
 
 SlotMemory::ShrinkProgress SlotMemory::ShrinkStep(
-    int64_t target, std::vector<Relocation>& moved) {
+    int64_t target, std::vector<Relocation>& moved,
+    absl::FunctionRef<bool(const SlotHolding&)> may_move_live) {
   ShrinkProgress progress;
   const int64_t from = pool_.num_slots();
   // Copies the batch; if the copy fails, no checkpoint is left filed over
@@ -710,6 +711,9 @@ SlotMemory::ShrinkProgress SlotMemory::ShrinkStep(
     // or cancel rather than move bytes under it.
     const Owner owner = OwnerOf(top);
     if (owner.holding != nullptr && owner.index < 0) break;
+    // A live slot moves only when its holder's forward cannot be writing
+    // it: a write landing in the old slot after the copy would be lost.
+    if (owner.holding != nullptr && !may_move_live(*owner.holding)) break;
     absl::StatusOr<std::optional<SlotRetirement>> retired = pool_.RetireTop();
     if (!retired.ok()) {
       progress.failure = Broken(retired.status(), "retire_top");

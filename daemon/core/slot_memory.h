@@ -39,6 +39,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "daemon/core/host_tier.h"
@@ -417,12 +418,15 @@ class SlotMemory {
   absl::Status Grow(int64_t target);
 
   // One step of a shrink towards `target`: retires the top slot while it can
-  // (a free one goes; a checkpoint or a live slot moves down to the lowest
-  // vacant slot, holder updated and reported in `moved`), copies the moved
-  // slots' bytes in batches (a slot moved twice flushes the batch first, so
-  // each batch is order-independent), and resizes the memory. Stops at the
-  // target, at a top slot whose reservation's forward may be writing it, or
-  // at one that is pinned or has nowhere to go.
+  // (a free one goes; a checkpoint, or a live slot whose holder
+  // `may_move_live` accepts, moves down to the lowest vacant slot, holder
+  // updated and reported in `moved`), copies the moved slots' bytes in
+  // batches (a slot moved twice flushes the batch first, so each batch is
+  // order-independent), and resizes the memory. Stops at the target, at a
+  // top slot whose reservation's forward may be writing it, at a live one
+  // `may_move_live` refuses (its holder's forward may be writing it: the
+  // caller accepts a holder only between its forwards), or at one that is
+  // pinned or has nowhere to go.
   struct ShrinkProgress {
     bool reached = false;  // num_slots() == target
     int64_t relocated = 0;
@@ -434,7 +438,9 @@ class SlotMemory {
     // as for any move); the message says how many of each. OK otherwise.
     absl::Status failure;
   };
-  ShrinkProgress ShrinkStep(int64_t target, std::vector<Relocation>& moved);
+  ShrinkProgress ShrinkStep(
+      int64_t target, std::vector<Relocation>& moved,
+      absl::FunctionRef<bool(const SlotHolding&)> may_move_live);
 
   // ------------------------------------------------------------ owners
 

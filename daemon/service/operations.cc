@@ -44,17 +44,30 @@ absl::Span<const int64_t> Hashes(
   return absl::MakeConstSpan(hashes.data(), hashes.size());
 }
 
-// Refuses what would take the session past its slot quota.
+// Refuses what would take the session past its slot quota: what its
+// requests hold (slots and reservations) and the fork sources its pin clock
+// holds, since a pin keeps a slot from every other session as surely as a
+// hold does (a session checkpointing without begin_pass would otherwise pin
+// the whole pool past any quota).
+bool WithinQuota(const OperationContext& c, int64_t more) {
+  const int64_t quota = c.max_slots_per_session;
+  return quota <= 0 ||
+         c.session.held_slots + static_cast<int64_t>(c.session.pins.size()) +
+                 more <=
+             quota;
+}
+
 absl::Status CheckQuota(const OperationContext& c, int64_t more,
                         const char* what) {
-  const int64_t quota = c.max_slots_per_session;
-  if (quota <= 0 || c.session.held_slots + more <= quota) {
-    return absl::OkStatus();
-  }
+  if (WithinQuota(c, more)) return absl::OkStatus();
+  const int64_t held = c.session.held_slots;
+  const auto pinned = static_cast<int64_t>(c.session.pins.size());
   return absl::ResourceExhaustedError(absl::StrCat(
-      what, " needs ", more, " more slots; this session's requests hold ",
-      c.session.held_slots, " of its quota of ", quota,
-      " (--max_slots_per_session): release some first"));
+      what, " needs ", more, " more slots; this session holds ", held,
+      " slots and ", pinned, " pinned fork sources of its quota of ",
+      c.max_slots_per_session,
+      " (--max_slots_per_session): release requests, or begin_pass to "
+      "return the pins of forks already read"));
 }
 
 void CountResume(OperationContext& c, const Admission& admitted,
@@ -90,6 +103,13 @@ void CountResume(OperationContext& c, const Admission& admitted,
 
 absl::Status BeginPass(OperationContext& c, absl::string_view,
                        const v1::BeginPass&, v1::BeginPassResult* result) {
+  // The pins first: the slots they free are where a move can go.
+  ASSIGN_OR_RETURN(int32_t released, TickPinClock(c.memory, c.session, c.pins));
+  result->set_pins_released(released);
+  // Whether the shrink is over is the Step's to find out, after the pass.
+  if (c.shrink != nullptr) {
+    c.shrink->Advance(c.memory, c.resize_observers, &c.session);
+  }
   for (const PendingMove& move : c.session.moves) {
     v1::SlotMove* out = result->add_moves();
     out->set_request_id(move.request_id);
@@ -98,8 +118,6 @@ absl::Status BeginPass(OperationContext& c, absl::string_view,
     out->set_to_slot(move.to_slot);
   }
   c.session.moves.clear();
-  ASSIGN_OR_RETURN(int32_t released, TickPinClock(c.memory, c.session, c.pins));
-  result->set_pins_released(released);
   return absl::OkStatus();
 }
 
@@ -114,8 +132,21 @@ absl::Status Admit(OperationContext& c, absl::string_view id,
   if (c.draining) {
     return absl::UnavailableError("the daemon is draining: not admitting");
   }
-  if (op.width() >= 1 && op.width() <= c.memory.num_slots()) {
+  if (c.max_slots_per_session > 0 && op.width() >= 1 &&
+      op.width() <= c.memory.num_slots()) {
     RETURN_IF_ERROR(CheckQuota(c, op.width(), "admit"));
+    // A resume may pin its checkpoint as the fork source, one slot more;
+    // asked only when that slot is what the quota lacks.
+    if (op.kv_hit_blocks() > 0 && !WithinQuota(c, op.width() + 1)) {
+      absl::StatusOr<SlotMemory::Resumable> resumable =
+          c.memory.ResumableHit(op.num_tokens(), op.kv_hit_blocks(),
+                                Hashes(op.block_hashes()),
+                                /*assume_checkpointed=*/false);
+      if (resumable.ok() && resumable->blocks > 0) {
+        RETURN_IF_ERROR(
+            CheckQuota(c, op.width() + 1, "admit (resuming: its fork source)"));
+      }
+    }
   }
   auto request = std::make_unique<Request>();
   const AdmitSpec spec{.width = op.width(),
@@ -209,6 +240,10 @@ absl::Status Checkpoint(OperationContext& c, absl::string_view id,
                         const v1::Checkpoint& op,
                         v1::CheckpointResult* result) {
   ASSIGN_OR_RETURN(Request * request, FindRequest(c.session, id));
+  // A fork moves the request to a fresh slot and pins the one it leaves.
+  if (c.memory.pool().transfer().forks()) {
+    RETURN_IF_ERROR(CheckQuota(c, 1, "checkpoint"));
+  }
   ASSIGN_OR_RETURN(CheckpointOutcome forked,
                    c.memory.Checkpoint(*request, op.anchor_pos(),
                                        op.boundary_blocks(), op.hash()));

@@ -16,7 +16,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 #include "daemon/core/slot_memory.h"
+#include "daemon/service/resize.h"
 #include "daemon/service/session.h"
 #include "daemon/service/sessions.h"
 #include "proto/packed_codec.h"
@@ -52,6 +54,10 @@ struct OperationContext {
   const std::vector<ResumeObserver*>& resume_observers;
   bool draining = false;
   int64_t max_slots_per_session = 0;  // 0: no quota
+  // The shrink in progress, or null: begin_pass moves the session's own
+  // live slots out of its way (PendingShrink::Advance says why there).
+  PendingShrink* shrink = nullptr;
+  absl::Span<ResizeObserver* const> resize_observers;
 };
 
 // One message of each operation kind and its result, which a packed Step's

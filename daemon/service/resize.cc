@@ -37,19 +37,22 @@ PendingShrink::PendingShrink(const SlotMemory& memory, int64_t target,
       done_(std::move(done)) {}
 
 bool PendingShrink::Advance(SlotMemory& memory,
-                            absl::Span<ResizeObserver* const> observers) {
+                            absl::Span<ResizeObserver* const> observers,
+                            Session* passing) {
   const int64_t before = memory.num_slots();
   moved_.clear();
-  SlotMemory::ShrinkProgress progress = memory.ShrinkStep(target_, moved_);
+  SlotMemory::ShrinkProgress progress = memory.ShrinkStep(
+      target_, moved_, [passing](const SlotHolding& holding) {
+        // Every holding the daemon gives SlotMemory is a Request.
+        return passing != nullptr &&
+               static_cast<const Request&>(holding).session == passing;
+      });
   response_.set_relocated(response_.relocated() + progress.relocated);
   if (!progress.failure.ok() && failure_.ok()) failure_ = progress.failure;
   for (const Relocation& r : moved_) {
-    // Every holding the daemon gives SlotMemory is a Request.
-    Request& request = *static_cast<Request*>(r.holding);
-    // A fenced request (its session gone) has nobody to tell.
-    if (request.session == nullptr) continue;
-    request.session->moves.push_back(
-        PendingMove{request.id, r.index, r.from, r.to});
+    // Only `passing`'s requests move.
+    const Request& request = *static_cast<const Request*>(r.holding);
+    passing->moves.push_back(PendingMove{request.id, r.index, r.from, r.to});
   }
   moved_.clear();
   if (memory.num_slots() != before) ReportStateBytes(memory, observers);

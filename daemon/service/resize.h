@@ -19,6 +19,8 @@
 
 namespace statecache {
 
+struct Session;
+
 using ResizeDone = std::function<void(absl::Status, const v1::ResizeResponse&)>;
 
 // Told of resizes and of the state memory's size. Called under the core's
@@ -46,11 +48,17 @@ class PendingShrink {
   int64_t target() const { return target_; }
   absl::Time deadline() const { return deadline_; }
 
-  // Retires what it can now; relocated live slots are reported to their
-  // sessions (PendingMove, at the next begin_pass). Returns true when the
+  // Retires what it can now. A live slot moves only inside its own
+  // session's begin_pass (`passing`, or null outside one): that session's
+  // forwards are all finished then and its next one is not yet issued, so
+  // nothing writes the slot while its bytes move, and the move is reported
+  // in that begin_pass's result (appended to passing->moves), before the
+  // forward that must use it. A top slot held by any other session (or
+  // fenced: its engine may be hung mid-write) waits. Returns true when the
   // resize is over: the target reached, or the state memory failed (it is
   // not retried; Finish reports the failure).
-  bool Advance(SlotMemory& memory, absl::Span<ResizeObserver* const> observers);
+  bool Advance(SlotMemory& memory, absl::Span<ResizeObserver* const> observers,
+               Session* passing = nullptr);
 
   // Ends the resize with `status` (a memory failure on the way turns OK into
   // INTERNAL, its message saying where the resize stopped and why); returns

@@ -156,7 +156,8 @@ class SessionPins {
   std::vector<value_type> entries_;
 };
 
-// A live request's slot moved by a shrink, reported at the next begin_pass.
+// A live request's slot moved by a shrink, inside its session's begin_pass
+// and reported in that begin_pass's result.
 struct PendingMove {
   std::string request_id;
   int32_t index = 0;

@@ -409,7 +409,9 @@ void StateCache::RunOperations(Session& session, const v1::StepRequest& request,
       .next_request_seqno = next_request_seqno_,
       .resume_observers = resume_observers_,
       .draining = draining_,
-      .max_slots_per_session = options_.max_slots_per_session};
+      .max_slots_per_session = options_.max_slots_per_session,
+      .shrink = resize_.get(),
+      .resize_observers = resize_observers_};
   OperationTiming* const timing = timing_ ? &*timing_ : nullptr;
   for (int i = 0; i < n; ++i) {
     v1::Operation::KindCase kind;
@@ -581,8 +583,10 @@ std::vector<std::function<void()>> StateCache::TickLocked() {
           absl::DeadlineExceededError(absl::StrCat(
               "resize reached ", memory_.num_slots(), " slots of target ",
               target,
-              " before its deadline; the top slot is pinned or live with "
-              "nowhere to go (slots given up so far stay given up)")),
+              " before its deadline; the top slot is pinned, reserved, "
+              "fenced, live with nowhere to go, or live in a session that "
+              "ran no begin_pass since (slots given up so far stay given "
+              "up)")),
           memory_, resize_observers_));
       resize_.reset();
     }

@@ -87,9 +87,10 @@ struct StateCacheOptions {
   // Room for the host tier's checkpoint images (SlotMemory's host tier);
   // 0 = off. REQUIRES: a device when > 0.
   uint64_t host_tier_bytes = 0;
-  // Slots one session's requests may hold at once (their slots and midstep
-  // reservations; the fork sources its clock pins are not counted: at most
-  // about one per request, for two passes). 0 = no quota.
+  // Slots one session may keep from the others at once: its requests' slots
+  // and midstep reservations and the fork sources its pin clock holds (an
+  // admit, reserve or checkpoint past it is RESOURCE_EXHAUSTED). 0 = no
+  // quota.
   int64_t max_slots_per_session = 0;
   // Sessions attached at once; 0 = no cap.
   int32_t max_sessions = 0;

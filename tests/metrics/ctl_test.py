@@ -152,10 +152,19 @@ class ResizeTest(CtlTestCase):
         self.assertEqual(list(r[1].admit.slots), [7])
 
         # 8 -> 4: top slot 7 (live) moves into 0, spending the checkpoint
-        # there (relocated 1, evicted 1); then 6, 5, 4 are live with
-        # nowhere to go, and go one by one as their requests are released.
+        # there (relocated 1, evicted 1), in the session's next begin_pass
+        # (the engine's passes run until the daemon has the call); then 6, 5,
+        # 4 are live with nowhere to go, and go one by one as their requests
+        # are released.
         ctl = self.start("resize", "4", "--deadline=20s", "--interval=50ms")
         ctl.wait_line(r"^shrinking 8 -> 4 slots")
+        moves = []
+        give_up = time.monotonic() + 20
+        while d.stats().slots_total == 8:
+            self.assertLess(time.monotonic(), give_up, "the shrink never began")
+            moves += self.step_ok(s, d.begin_pass())[0].begin_pass.moves
+        self.assertEqual([(m.request_id, m.from_slot, m.to_slot) for m in moves],
+                         [("r6", 7, 0)])
         ctl.wait_line(r"^8 -> 4: 3 slots left to give up \(now 7:")
         for request, left in (("r0", 2), ("r5", 1)):  # r0 is in slot 6 now
             self.step_ok(s, d.begin_pass(), d.release(request))

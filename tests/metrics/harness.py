@@ -292,6 +292,18 @@ class Driver:
                                                         deadline_ms=deadline_ms),
                                  timeout=deadline_ms / 1000 + 5)
 
+    def resize_while_passing(self, session, target, deadline_ms=5000):
+        """A shrink while `session`'s engine runs: the Resize call waits in
+        a thread while the session steps begin_pass, where its live slots
+        move. Returns the ResizeResponse and the moves its passes heard."""
+        future = self.admin.Resize.future(
+            self.pb2.ResizeRequest(target_slots=target, deadline_ms=deadline_ms),
+            timeout=deadline_ms / 1000 + 5)
+        moves = []
+        while not future.done():
+            moves += self.step(session, self.begin_pass())[0].begin_pass.moves
+        return future.result(), moves
+
     # Operation builders.
     def begin_pass(self):
         return self.pb2.Operation(begin_pass=self.pb2.BeginPass())

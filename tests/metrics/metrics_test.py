@@ -667,7 +667,8 @@ class LabelTest(unittest.TestCase):
                            *[d.admit("p%d" % i, anchor_pos=8) for i in range(4)]))
         top = max(range(4), key=lambda i: r[1 + i].admit.slots[0])
         self.ok(d.step(s, *[d.release("p%d" % i) for i in range(4) if i != top]))
-        shrunk = d.resize(1)
+        shrunk, moves = d.resize_while_passing(s, 1)
+        self.assertEqual([m.request_id for m in moves], ["p%d" % top])
         self.assertEqual(shrunk.num_slots, 1)
         self.assertGreaterEqual(shrunk.relocated, 1)  # the live request, at least
         scrape()  # grow, shrink, relocation

@@ -164,6 +164,8 @@ class DeviceFaultTest : public ::testing::TestWithParam<bool> {
   // Runs a resize to `target`; its outcome, or UNKNOWN while it is still
   // pending. The callback's targets outlive the cache: a resize left
   // pending completes (CANCELLED) only when the cache is destroyed.
+  // Resizes; a shrink still pending (a live slot at the top) gets the
+  // session's next begin_pass, where its live slots move.
   absl::Status Resize(int64_t target, v1::ResizeResponse* out = nullptr,
                       int64_t deadline_ms = 0) {
     v1::ResizeRequest request;
@@ -176,6 +178,9 @@ class DeviceFaultTest : public ::testing::TestWithParam<bool> {
                      result->first = std::move(status);
                      result->second = r;
                    });
+    if (result->first.code() == absl::StatusCode::kUnknown) {
+      Run({BeginPassOp()});
+    }
     if (out != nullptr) *out = result->second;
     return result->first;
   }
@@ -323,11 +328,12 @@ TEST_P(DeviceFaultTest, AShrinkWhoseRelocationFailsDropsTheMovedCheckpoint) {
   ASSERT_EQ(snap[0].snapshot().slot(), 6);
   Run({ReleaseOp("f2"), ReleaseOp("f3"), ReleaseOp("f4")});
   const int64_t kept = Stats().checkpoints_kept();
-  // Shrinking to 4: 7 goes; the checkpoint at 6 moves to 2 and r5 to 3, in
-  // one batch, which fails.
+  // Shrinking to 4: 7 goes, the checkpoint at 6 moves to 2 in a batch that
+  // fails, which ends the resize there (r5's live slot has not moved: it
+  // waits for its session's begin_pass).
   device_->FailAllCopies(absl::InternalError("copy engine fault"));
   v1::ResizeResponse resized;
-  const absl::Status status = Resize(4, &resized);
+  absl::Status status = Resize(4, &resized);
   EXPECT_EQ(status.code(), absl::StatusCode::kInternal) << status;
   EXPECT_TRUE(absl::StrContains(status.message(), "relocation")) << status;
   EXPECT_TRUE(absl::StrContains(status.message(), "copy engine fault"))
@@ -335,19 +341,36 @@ TEST_P(DeviceFaultTest, AShrinkWhoseRelocationFailsDropsTheMovedCheckpoint) {
   EXPECT_TRUE(absl::StrContains(status.message(),
                                 "1 checkpoints moved in it were dropped"))
       << status;
-  EXPECT_TRUE(absl::StrContains(status.message(), "1 live slots")) << status;
-  EXPECT_EQ(resized.num_slots(), 4);
-  EXPECT_EQ(resized.relocated(), 2);
+  EXPECT_TRUE(absl::StrContains(status.message(), "0 live slots")) << status;
+  EXPECT_EQ(resized.num_slots(), 6);
+  EXPECT_EQ(resized.relocated(), 1);
   // The checkpoint's bytes never reached slot 2: nobody may resume from it.
   const std::vector<v1::OperationResult> results =
-      Run({LookupOp(606), ResumableHitOp(606), BeginPassOp()});
+      Run({LookupOp(606), ResumableHitOp(606)});
   EXPECT_EQ(results[0].lookup().slot(), -1);
   EXPECT_EQ(results[1].resumable_hit().blocks(), 0);
   EXPECT_EQ(Stats().checkpoints_kept(), kept);
-  // r5 was moved all the same (the pool's decision stands) and told so.
-  ASSERT_EQ(results[2].begin_pass().moves_size(), 1);
-  EXPECT_EQ(results[2].begin_pass().moves(0).request_id(), "r5");
-  EXPECT_EQ(results[2].begin_pass().moves(0).to_slot(), 3);
+
+  // Again to 4: r5 (the top) moves to 2 in its session's begin_pass, in a
+  // batch that fails too. The pool's decision stands and r5 is told.
+  device_->ClearFaults();
+  v1::ResizeRequest request;
+  request.set_target_slots(4);
+  status = absl::UnknownError("pending");
+  cache_->Resize(request, [&](absl::Status st, const v1::ResizeResponse& r) {
+    status = std::move(st);
+    resized = r;
+  });
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnknown) << status;
+  device_->FailAllCopies(absl::InternalError("copy engine fault"));
+  const std::vector<v1::OperationResult> pass = Run({BeginPassOp()});
+  EXPECT_EQ(status.code(), absl::StatusCode::kInternal) << status;
+  EXPECT_TRUE(absl::StrContains(status.message(), "1 live slots")) << status;
+  EXPECT_EQ(resized.num_slots(), 4);
+  ASSERT_EQ(pass[0].begin_pass().moves_size(), 1);
+  EXPECT_EQ(pass[0].begin_pass().moves(0).request_id(), "r5");
+  EXPECT_EQ(pass[0].begin_pass().moves(0).from_slot(), 5);
+  EXPECT_EQ(pass[0].begin_pass().moves(0).to_slot(), 2);
   ExpectConsistent(/*live_slots=*/3);
   EXPECT_EQ(device_->num_slots(), 4);
 }
@@ -387,8 +410,8 @@ TEST_P(DeviceFaultTest, ACheckpointMovedTwiceAfterAFailedBatchStaysUnfiled) {
 
 TEST_P(DeviceFaultTest, AShrinkWhoseMemoryFailedEndsAtOnceShortOfItsTarget) {
   // r0 at 0; a checkpointed (fork) at 3, so 3 is pinned and a lives at 4;
-  // checkpoint 707 at 7. Shrinking to 2: 707 moves to 1 and a to 2, then the
-  // pinned 3 stops the shrink short of its target. The failed batch ends
+  // checkpoint 707 at 7. Shrinking to 2: 707 moves to 1, 6 and 5 go, then
+  // a's live slot waits for its session's begin_pass. The failed batch ends
   // the resize now, as a failure, rather than leaving it to retry on a
   // failing device until its deadline.
   ASSERT_EQ(Run({AdmitOp("r0", 1), AdmitOp("f1", 1), AdmitOp("f2", 1),
@@ -405,7 +428,7 @@ TEST_P(DeviceFaultTest, AShrinkWhoseMemoryFailedEndsAtOnceShortOfItsTarget) {
   device_->FailAllCopies();
   const absl::Status result = Resize(2, nullptr, /*deadline_ms=*/60'000);
   EXPECT_EQ(result.code(), absl::StatusCode::kInternal) << result;
-  EXPECT_TRUE(absl::StrContains(result.message(), "resize to 2 slots (now 4)"))
+  EXPECT_TRUE(absl::StrContains(result.message(), "resize to 2 slots (now 5)"))
       << result;
   EXPECT_EQ(Run({LookupOp(707)})[0].lookup().slot(), -1);
   // Over: a new resize is not refused as one "already in progress".

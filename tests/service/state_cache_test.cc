@@ -613,7 +613,7 @@ TEST(StateCacheTest, LapsedLeaseReleasesEverythingAndKeepsCheckpoints) {
   EXPECT_TRUE(f.cache->CheckInvariants().ok());
 }
 
-TEST(StateCacheTest, ShrinkRelocatesLiveSlotsAndTellsTheSession) {
+TEST(StateCacheTest, ShrinkMovesLiveSlotsInTheirSessionsBeginPass) {
   Fixture f(6);
   const std::string s = f.Attach();
   // Fill 0..5, then release the low ones so the top is live with room below.
@@ -633,10 +633,14 @@ TEST(StateCacheTest, ShrinkRelocatesLiveSlotsAndTellsTheSession) {
     result = st;
     out = r;
   });
+  // The top slot is live: its engine may be writing it until the session's
+  // next begin_pass.
+  EXPECT_EQ(result.code(), absl::StatusCode::kUnknown) << result;
+  EXPECT_EQ(f.cache->DumpPool().num_slots, 6);
+  auto p = RunStep(*f.cache, StepBuilder(s).BeginPass());
   ASSERT_TRUE(result.ok()) << result;
   EXPECT_EQ(out.num_slots(), 3);
   EXPECT_EQ(out.relocated(), 2);  // top (5) -> 0, d (3) -> 1
-  auto p = RunStep(*f.cache, StepBuilder(s).BeginPass());
   const auto& moves = p.results(0).begin_pass().moves();
   ASSERT_EQ(moves.size(), 2);
   EXPECT_EQ(moves[0].request_id(), "top");
@@ -680,12 +684,69 @@ TEST(StateCacheTest, ShrinkWaitsForPinsThenHitsItsDeadline) {
   f.cache->Resize(
       req, [&](absl::Status st, const v1::ResizeResponse&) { result = st; });
   EXPECT_EQ(result.code(), absl::StatusCode::kUnknown);
-  RunStep(*f.cache, StepBuilder(s).BeginPass().BeginPass());
+  // The first begin_pass keeps the pin (its reader is the next batch); the
+  // second returns it, and in the same begin_pass a's slot moves onto it.
+  auto p = RunStep(*f.cache, StepBuilder(s).BeginPass().BeginPass());
   EXPECT_TRUE(result.ok()) << result;
   EXPECT_EQ(f.cache->DumpPool().num_slots, 1);
-  auto p = RunStep(*f.cache, StepBuilder(s).BeginPass());
-  ASSERT_EQ(p.results(0).begin_pass().moves_size(), 1);
-  EXPECT_EQ(p.results(0).begin_pass().moves(0).to_slot(), 0);
+  EXPECT_EQ(p.results(0).begin_pass().moves_size(), 0);
+  ASSERT_EQ(p.results(1).begin_pass().moves_size(), 1);
+  EXPECT_EQ(p.results(1).begin_pass().moves(0).from_slot(), 1);
+  EXPECT_EQ(p.results(1).begin_pass().moves(0).to_slot(), 0);
+  EXPECT_TRUE(f.cache->CheckInvariants().ok()) << f.cache->CheckInvariants();
+}
+
+// Issue 29: a shrink used to move a live slot at once, under the forward
+// writing it, and report the move at the next begin_pass, by when a
+// checkpoint could have moved the request again. Now only the holder's own
+// begin_pass moves it, and every reported move starts from the slot the
+// request holds.
+TEST(StateCacheTest, AShrinkNeverMovesAnotherSessionsLiveSlot) {
+  Fixture f(8);
+  const std::string a = f.Attach("a");
+  const std::string b = f.Attach("b");
+  // a holds 0..5, b's request "r" the top, 7 (then a frees 2..5).
+  StepBuilder fill(a);
+  for (int i = 0; i < 6; ++i) fill.Admit(absl::StrCat("a", i), 1, 10, {}, 0);
+  RunStep(*f.cache, fill);
+  RunStep(*f.cache, StepBuilder(b).Admit("low", 1, 10, {}, 0));  // 6
+  auto admitted = RunStep(*f.cache, StepBuilder(b).Admit("r", 1, 300,
+                                                          {11, 12}, 0, 256));
+  ASSERT_EQ(admitted.results(0).admit().slots(0), 7);
+  RunStep(*f.cache, StepBuilder(b).Release("low"));
+  RunStep(*f.cache, StepBuilder(a)
+                        .Release("a2")
+                        .Release("a3")
+                        .Release("a4")
+                        .Release("a5"));
+  absl::Status result = absl::UnknownError("pending");
+  v1::ResizeRequest req;
+  req.set_target_slots(4);
+  f.cache->Resize(
+      req, [&](absl::Status st, const v1::ResizeResponse&) { result = st; });
+  EXPECT_EQ(result.code(), absl::StatusCode::kUnknown);
+  // a's passes do not move b's slot.
+  auto pa = RunStep(*f.cache, StepBuilder(a).BeginPass());
+  EXPECT_EQ(pa.results(0).begin_pass().moves_size(), 0);
+  EXPECT_EQ(f.cache->DumpPool().num_slots, 8);
+  // b's forward wrote 7; postprocess checkpoints it: r moves to a fresh
+  // slot (the lowest vacant, 2) and 7 is pinned as its fork source.
+  auto ck = RunStep(*f.cache, StepBuilder(b).Checkpoint("r", 1, 11));
+  ASSERT_TRUE(ck.results(0).checkpoint().kept());
+  int64_t holds = ck.results(0).checkpoint().state_slot();
+  EXPECT_EQ(holds, 2);
+  // Every move b hears of starts where r is.
+  for (int pass = 0; pass < 3; ++pass) {
+    auto pb = RunStep(*f.cache, StepBuilder(b).ConsumeFork("r").BeginPass());
+    for (const v1::SlotMove& m : pb.results(1).begin_pass().moves()) {
+      EXPECT_EQ(m.request_id(), "r");
+      EXPECT_EQ(m.from_slot(), holds) << pb.ShortDebugString();
+      holds = m.to_slot();
+    }
+  }
+  EXPECT_TRUE(result.ok()) << result;
+  EXPECT_EQ(f.cache->DumpPool().num_slots, 4);
+  EXPECT_LT(holds, 4);
   EXPECT_TRUE(f.cache->CheckInvariants().ok()) << f.cache->CheckInvariants();
 }
 
@@ -776,6 +837,68 @@ TEST(LimitsTest, ReservationsCountAgainstTheQuotaUntilPublished) {
   // Published checkpoints belong to the pool, not the session.
   r = RunStep(*f.cache, StepBuilder(s).Publish("a").Admit("b", 2, 10, {}, 0));
   EXPECT_EQ(r.results(1).code(), 0) << r.results(1).message();
+  EXPECT_TRUE(f.cache->CheckInvariants().ok()) << f.cache->CheckInvariants();
+}
+
+// Issue 29: a session that checkpoints in a loop without begin_pass pinned
+// the whole pool past its quota. Pins count now.
+TEST(LimitsTest, PinnedForkSourcesCountAgainstTheQuota) {
+  Fixture f = WithLimits(64, 4, 0);
+  const std::string s = f.Attach("looper");
+  const std::string other = f.Attach("other");
+  RunStep(*f.cache, StepBuilder(s).Admit("a", 1, 100000, {}, 0));
+  int kept = 0;
+  v1::StepResponse r;
+  for (int k = 1; k <= 64; ++k) {
+    const std::string before = f.cache->DebugDump();
+    r = RunStep(*f.cache, StepBuilder(s).Checkpoint("a", k, 1000 + k));
+    if (r.results(0).code() != 0) {
+      EXPECT_EQ(f.cache->DebugDump(), before);
+      break;
+    }
+    ++kept;
+  }
+  EXPECT_EQ(kept, 3);  // 1 held + 3 pinned = the quota of 4
+  EXPECT_EQ(r.results(0).code(),
+            static_cast<int>(absl::StatusCode::kResourceExhausted));
+  EXPECT_NE(r.results(0).message().find("3 pinned fork sources"),
+            std::string::npos)
+      << r.results(0).message();
+  EXPECT_NE(r.results(0).message().find("--max_slots_per_session"),
+            std::string::npos);
+  // The rest of the pool is the other sessions', each up to its quota.
+  for (int k = 0; k < 15; ++k) {
+    const std::string other_k = k == 0 ? other : f.Attach();
+    StepBuilder four(other_k);
+    for (int i = 0; i < 4; ++i) four.Admit(absl::StrCat("o", i), 1, 10, {}, 0);
+    auto o = RunStep(*f.cache, four);
+    for (int i = 0; i < 4; ++i) {
+      EXPECT_EQ(o.results(i).code(), 0) << i << ": " << o.results(i).message();
+    }
+  }
+  // The pin clock gives the quota back.
+  r = RunStep(*f.cache, StepBuilder(s).ConsumeFork("a").BeginPass().BeginPass()
+                            .Checkpoint("a", 100, 2000));
+  EXPECT_EQ(r.results(3).code(), 0) << r.results(3).message();
+  EXPECT_TRUE(f.cache->CheckInvariants().ok()) << f.cache->CheckInvariants();
+}
+
+// A resume that may pin its checkpoint counts that slot before it does.
+TEST(LimitsTest, AResumingAdmitCountsItsForkSource) {
+  Fixture f = WithLimits(16, 2, 0);
+  const std::string s = f.Attach();
+  RunStep(*f.cache, StepBuilder(s).Admit("w", 1, 300, {1, 2, 3, 4}, 0, 256));
+  RunStep(*f.cache, StepBuilder(s).Checkpoint("w", 4, 4).ConsumeFork("w")
+                        .Release("w").BeginPass().BeginPass());
+  auto r = RunStep(*f.cache,
+                   StepBuilder(s).Admit("r", 2, 300, {1, 2, 3, 4}, 4, 256));
+  EXPECT_EQ(r.results(0).code(),
+            static_cast<int>(absl::StatusCode::kResourceExhausted));
+  EXPECT_NE(r.results(0).message().find("fork source"), std::string::npos)
+      << r.results(0).message();
+  // The same width cold fits.
+  r = RunStep(*f.cache, StepBuilder(s).Admit("c", 2, 300, {1, 2, 3, 4}, 0));
+  EXPECT_EQ(r.results(0).code(), 0) << r.results(0).message();
   EXPECT_TRUE(f.cache->CheckInvariants().ok()) << f.cache->CheckInvariants();
 }
 
@@ -927,7 +1050,7 @@ TEST(FencingTest, AnEvictedSessionIsFencedAndADetachedOneIsNot) {
   EXPECT_TRUE(f.cache->CheckInvariants().ok()) << f.cache->CheckInvariants();
 }
 
-TEST(FencingTest, AShrinkMovesAFencedSlotAndKeepsItFenced) {
+TEST(FencingTest, AShrinkWaitsForAFencedSlotsQuarantine) {
   Fixture f = WithQuarantine(4, absl::Seconds(10));
   const std::string s = f.Attach();
   RunStep(*f.cache, StepBuilder(s).Admit("low", 2, 10, {}, 0));
@@ -941,12 +1064,16 @@ TEST(FencingTest, AShrinkMovesAFencedSlotAndKeepsItFenced) {
   f.cache->Resize(resize, [&](absl::Status st, const v1::ResizeResponse&) {
     resized = st;
   });
-  EXPECT_TRUE(resized.ok()) << resized;
+  // Its hung engine may still be writing slot 2: it is not moved.
+  EXPECT_EQ(resized.code(), absl::StatusCode::kUnknown) << resized;
+  EXPECT_EQ(f.cache->DumpPool().num_slots, 3);
   EXPECT_TRUE(f.cache->CheckInvariants().ok()) << f.cache->CheckInvariants();
-  EXPECT_EQ(f.cache->DumpPool().free.size(), 1u);  // still fenced, moved
   f.clock.Advance(absl::Seconds(10));
-  f.cache->Tick();
+  f.cache->Tick();  // the quarantine ends, the slot is free, the shrink done
+  EXPECT_TRUE(resized.ok()) << resized;
+  EXPECT_EQ(f.cache->DumpPool().num_slots, 2);
   EXPECT_EQ(f.cache->DumpPool().free.size(), 2u);
+  EXPECT_TRUE(f.cache->CheckInvariants().ok()) << f.cache->CheckInvariants();
 }
 
 TEST(ProtoContractTest, AdmitRefusesARequestIdOver256Bytes) {

@@ -712,7 +712,10 @@ class Admin:
         given) sets the host tier's room first, at once (0 turns it off);
         returns a :class:`ResizeResult` when done. A shrink retries pinned
         or stuck top slots as passes run until `deadline` seconds (None:
-        the daemon's default, 10 s).
+        the daemon's default, 10 s). A request's live slot moves only in
+        its own session's ``begin_pass``: a shrink over slots this process's
+        own scheduler holds must be called from another thread while the
+        passes run, or it waits out its deadline.
 
         Raises InvalidArgument (n < 1 or past --max_slots, a negative
         host_tier_bytes), FailedPrecondition (a tier without state

@@ -1,6 +1,7 @@
 """Every error class from a real refusal of a real daemon, the admin calls,
 and connecting."""
 
+import concurrent.futures
 import os
 
 import grpc
@@ -178,8 +179,9 @@ def test_admin_stats_sessions_resize(client, session):
     assert sessions[0].client_name == "pytest"
     assert 0 < sessions[0].lease_remaining_ms <= 10000
 
-    # A shrink moves the live request off the top slots; the next
-    # begin_pass tells the session where it went.
+    # A shrink moves the live request off the top slots in the session's
+    # own begin_pass, which tells it where it went: the operator's call
+    # waits (in another thread) while the engine runs its passes.
     step = session.step()
     for i in range(6):
         step.admit("x%d" % i, width=1, num_tokens=1)
@@ -189,11 +191,16 @@ def test_admin_stats_sessions_resize(client, session):
     for i in range(5):
         step.release("x%d" % i)
     step.send()
-    resized = client.admin.resize(3, deadline=5)
+    with concurrent.futures.ThreadPoolExecutor(1) as operator:
+        shrink = operator.submit(client.admin.resize, 3, deadline=5)
+        moves = []
+        while not shrink.done():
+            begin, = session.step().begin_pass().send()
+            moves += begin.moves
+        resized = shrink.result()
     assert resized.num_slots == 3 and resized.relocated == 1
-    begin, = session.step().begin_pass().send()
-    assert len(begin.moves) == 1
-    move = begin.moves[0]
+    assert len(moves) == 1
+    move = moves[0]
     assert (move.request_id, move.index, move.from_slot) == ("x5", 0, 5)
     assert 0 <= move.to_slot < 3
     assert client.admin.resize(64).num_slots == 64
