@@ -169,4 +169,18 @@ absl::StatusOr<SavedState> DecodeSavedState(std::string_view bytes) {
   return state;
 }
 
+absl::StatusOr<uint64_t> ImageOffset(int64_t location, uint64_t image_bytes,
+                                     uint64_t available_bytes) {
+  if (image_bytes == 0) {
+    return absl::FailedPreconditionError("images of 0 bytes");
+  }
+  const uint64_t images = available_bytes / image_bytes;
+  if (location < 0 || static_cast<uint64_t>(location) >= images) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "image ", location, " lies outside ", available_bytes, " bytes (",
+        images, " images of ", image_bytes, " bytes)"));
+  }
+  return static_cast<uint64_t>(location) * image_bytes;
+}
+
 }  // namespace statecache

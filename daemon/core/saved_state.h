@@ -65,6 +65,18 @@ std::string EncodeSavedState(const SavedState& state);
 // hash or location, bytes after the end).
 absl::StatusOr<SavedState> DecodeSavedState(std::string_view bytes);
 
+// Where image `location` of `image_bytes` bytes starts in a file or region
+// of `available_bytes` (image k at k * image_bytes): every location an index
+// names passes through here before any byte is read, since a decoded index
+// vouches for its own encoding, not for its numbers. No product is formed
+// before the bound is known to hold, so a huge location can neither wrap
+// into range nor alias another image.
+// Errors: FAILED_PRECONDITION naming the location when it is negative or
+//   its image does not lie wholly inside available_bytes, or when
+//   image_bytes is 0.
+absl::StatusOr<uint64_t> ImageOffset(int64_t location, uint64_t image_bytes,
+                                     uint64_t available_bytes);
+
 }  // namespace statecache
 
 #endif  // STATECACHE_DAEMON_CORE_SAVED_STATE_H_

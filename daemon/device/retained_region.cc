@@ -92,6 +92,23 @@ absl::Status RetainedRegion::ReadImages(const StateLayout& layout,
                                         absl::Span<const int64_t> slots,
                                         absl::Span<char> out) const {
   const uint64_t image_bytes = layout.bytes_per_slot();
+  // `capacity` and `slots` come from an index. Any region holds at least
+  // one whole image per slot, and a layer-major one laid out for capacity
+  // slots holds capacity of them: so bounded, no piece's offset can wrap
+  // (and alias another piece) before the range check below.
+  const uint64_t whole = image_bytes == 0 ? 0 : size_ / image_bytes;
+  if (layout.arrangement() == Arrangement::kLayerMajor &&
+      (capacity < 1 || static_cast<uint64_t>(capacity) > whole)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(handle_, ": ", size_, " bytes cannot hold ", capacity,
+                     " slots of ", image_bytes, " bytes"));
+  }
+  for (int64_t slot : slots) {
+    if (slot < 0 || static_cast<uint64_t>(slot) >= whole) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          handle_, ": slot ", slot, " lies outside its ", size_, " bytes"));
+    }
+  }
   std::vector<SlotImage> images;
   images.reserve(slots.size());
   for (int64_t slot : slots) {

@@ -41,8 +41,10 @@ class RetainedRegion {
   // laid out by `layout` for `capacity` slots, into `out`, image k at
   // k * layout.bytes_per_slot().
   // REQUIRES: out.size() >= slots.size() * layout.bytes_per_slot().
-  // Errors: INVALID_ARGUMENT a slot outside [0, capacity), or a piece
-  //   outside the mapping (nothing is read then).
+  // Errors: INVALID_ARGUMENT a layer-major capacity the mapping cannot hold
+  //   (below 1, or more whole slots than its bytes), a slot outside
+  //   [0, capacity) or past the mapping's whole slots, or a piece outside
+  //   the mapping (nothing is read then).
   absl::Status ReadImages(const StateLayout& layout, int64_t capacity,
                           absl::Span<const int64_t> slots,
                           absl::Span<char> out) const;

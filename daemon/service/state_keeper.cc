@@ -26,13 +26,13 @@ absl::StatusOr<std::vector<SlotMemory::RestoreImage>> ImagesIn(
   std::vector<SlotMemory::RestoreImage> images;
   images.reserve(saved.size());
   for (const SlotMemory::SavedCheckpoint& c : saved) {
-    const uint64_t offset = static_cast<uint64_t>(c.location) * image_bytes;
-    if (c.location < 0 || offset + image_bytes > file.size()) {
+    absl::StatusOr<uint64_t> offset =
+        ImageOffset(c.location, image_bytes, file.size());
+    if (!offset.ok()) {
       return absl::FailedPreconditionError(
-          absl::StrCat(Av(name), " holds ", file.size(),
-                       " bytes, too few for image ", c.location));
+          absl::StrCat(Av(name), ": ", offset.status().message()));
     }
-    images.push_back({c, file.data() + offset});
+    images.push_back({c, file.data() + *offset});
   }
   return images;
 }
@@ -187,6 +187,9 @@ absl::Status StateKeeper::RestoreFrom(const SavedState& saved) {
     } else {
       stats_.set_dropped_unreadable(stats_.dropped_unreadable() +
                                     static_cast<int64_t>(saved.tier.size()));
+      stats_.set_reason(absl::StrCat(
+          stats_.reason(), stats_.reason().empty() ? "" : "; ",
+          "tier entries: ", st.message()));
       LOG_WARNING("state dir %s: tier entries unreadable: %s", dir_->path(),
                   st.message());
     }

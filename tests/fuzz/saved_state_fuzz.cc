@@ -1,7 +1,11 @@
 // libFuzzer target: DecodeSavedState (daemon/core/saved_state.h) on
 // arbitrary bytes. It never crashes, and whatever it accepts re-encodes to
 // bytes that decode to the same value (and, the encoding being canonical,
-// to the very bytes it accepted).
+// to the very bytes it accepted). Every location an accepted index names
+// then goes through ImageOffset, as a restart's does, against the images
+// its own numbers promise (region_bytes, and a file of one image per
+// record): an accepted location lies wholly inside, at exactly its own
+// place (no wrap, no alias of another image).
 //
 // The first byte picks the mode: even, the rest is decoded as it is; odd,
 // the rest has its last 8 bytes replaced by the checksum of the bytes before
@@ -50,5 +54,28 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Check(redecoded.ok(), "a re-encoding that does not decode");
   Check(*redecoded == *decoded, "a re-encoding that decodes to another value");
   Check(again == bytes, "an accepted encoding that is not canonical");
+  const uint64_t image_bytes = decoded->bytes_per_slot;
+  const uint64_t file_bytes =
+      image_bytes * (decoded->device.size() + decoded->tier.size());
+  for (const uint64_t available : {decoded->region.region_bytes, file_bytes}) {
+    for (const auto* records : {&decoded->device, &decoded->tier}) {
+      for (const SlotMemory::SavedCheckpoint& c : *records) {
+        const absl::StatusOr<uint64_t> offset =
+            ImageOffset(c.location, image_bytes, available);
+        if (!offset.ok()) {
+          Check(offset.status().code() ==
+                    absl::StatusCode::kFailedPrecondition,
+                "an ImageOffset refusal that is not FAILED_PRECONDITION");
+          continue;
+        }
+        Check(image_bytes > 0 && *offset <= available &&
+                  available - *offset >= image_bytes,
+              "an accepted image that passes the end");
+        Check(*offset % image_bytes == 0 &&
+                  *offset / image_bytes == static_cast<uint64_t>(c.location),
+              "an accepted image at another image's place");
+      }
+    }
+  }
   return 0;
 }

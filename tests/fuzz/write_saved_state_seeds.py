@@ -77,6 +77,14 @@ def seeds():
         epoch=9, device_images="device-9.images").records(
         [(5, 0, 1, 9), (6, 1, 0, 10)]).str("tier-9.images").records(
         [(7, 0, 0, 1), (8, 1, 0, 2), (9, 2, 1, 3)]).seed()
+    # Image locations whose byte offsets wrap: (2^54-1) x 17920 passes the
+    # end after wrapping, 2^55 x 17920 is 35 x 2^64, image 0's offset.
+    out["huge_location"] = Index().head(
+        epoch=11, bytes_per_slot=17920, device_images="device-11.images",
+        region_bytes=4 * 17920).records(
+        [(5, (1 << 54) - 1, 0, 9), (6, 1 << 55, 0, 10),
+         (7, 3, 0, 11)]).str("tier-11.images").records(
+        [(8, (1 << 63) - 1, 0, 1)]).seed()
     # Refused behind a valid checksum.
     out["bad_version"] = Index(version=2).head().records([]).str(
         "").records([]).seed()

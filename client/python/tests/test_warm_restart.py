@@ -278,3 +278,94 @@ def test_two_daemons_cannot_share_a_state_dir(start_daemon, state_dir):
 def test_a_state_dir_needs_state_memory(start_daemon, state_dir):
     with pytest.raises(RuntimeError, match="--state_dir needs state memory"):
         start_daemon("--state_dir=" + state_dir)
+
+
+# ---- a crafted index -------------------------------------------------------
+#
+# The index's own checksum vouches for its encoding, not for its numbers: an
+# index sealed with a valid checksum may still name image locations no file
+# holds. The records are rewritten here and sealed again with the daemon's
+# own checksum (XXH3-64, through Debian's libxxhash), so the daemon reads
+# past the checksum into the locations.
+
+def _xxh3(data):
+    import ctypes
+    lib = ctypes.CDLL("libxxhash.so.0")
+    lib.XXH3_64bits.restype = ctypes.c_uint64
+    lib.XXH3_64bits.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    return lib.XXH3_64bits(data, len(data))
+
+
+def _tier_record_offsets(index):
+    """Byte offsets of each tier record's location field, read by the
+    encoding of daemon/core/saved_state.cc."""
+    import struct
+    at = 8 + 4  # magic, version
+
+    def u64():
+        nonlocal at
+        value, = struct.unpack_from("<Q", index, at)
+        at += 8
+        return value
+
+    def skip(size_of_each=1):
+        # The count first: `at += u64()` would add to `at` as it was
+        # before u64() moved it.
+        nonlocal at
+        count = u64()
+        at += count * size_of_each
+
+    skip()                     # fingerprint
+    u64(), u64()               # epoch, bytes_per_slot
+    skip()                     # region handle
+    u64(), u64(), u64()        # capacity, num_slots, region_bytes
+    skip()                     # device images
+    skip(25)                   # device records
+    skip()                     # tier images
+    count = u64()
+    return [at + k * 25 + 8 for k in range(count)]
+
+
+@pytest.mark.parametrize("location", [(1 << 54) - 1, 1 << 55, (1 << 63) - 1])
+def test_an_index_naming_images_past_its_file_starts_without_them(
+        start_daemon, state_dir, location):
+    """A location past the images file, a huge one whose byte offset wraps
+    (2^54-1) or lands on image 0 (2^55 x 17920 = 35 x 2^64): the daemon
+    starts, the tier section that names it is dropped as unreadable (its
+    index is not to be trusted), the device checkpoints come back with
+    their bytes, and no resume reads another image's state."""
+    import struct
+    tier = "--host_tier_bytes=%d" % (8 * 17920)
+    daemon = start(start_daemon, state_dir, tier, num_slots=4)
+    with statecache.Client.connect(daemon.address) as client, \
+            attach(client) as session:
+        for p in range(8):
+            publish(session, p)
+        held = client.admin.stats()
+        entries, on_device = held.host_tier_entries, held.indexed_hashes
+        assert entries >= 4 and on_device >= 1
+    assert daemon.stop() == 0
+    path = os.path.join(state_dir, "index")
+    index = bytearray(open(path, "rb").read())
+    offsets = _tier_record_offsets(index)
+    assert len(offsets) == entries
+    # The second entry's image: 2^55 would alias image 0.
+    struct.pack_into("<Q", index, offsets[1], location)
+    struct.pack_into("<Q", index, len(index) - 8, _xxh3(bytes(index[:-8])))
+    with open(path, "wb") as f:
+        f.write(index)
+    daemon.start()
+    with statecache.Client.connect(daemon.address) as client, \
+            attach(client) as session:
+        w = warm(client)
+        assert w.outcome == "restored", w
+        assert "tier entries" in w.reason, w
+        assert "image %d lies outside" % location in w.reason, w
+        assert w.dropped_unreadable == entries, w
+        assert w.restored_tier_entries == 0, w
+        assert w.restored_checkpoints == on_device, w
+        # The device's checkpoints resume with their own bytes; the tier's
+        # prompts miss rather than read anything else.
+        missed = resume_checked(session, range(8))
+        assert len(missed) == 8 - on_device, missed
+        assert client.admin.stats().resumes_tier == 0
