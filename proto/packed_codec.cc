@@ -93,6 +93,16 @@ using google::protobuf::RepeatedPtrField;
   X(SnapshotResult, slot)              \
   X(SnapshotResult, kept)
 
+// The result fields numbered 100 and above (added after the layout was
+// fixed), in field-number order within each message: each a scalar, one
+// entry of PackedResults.late_values per successful result of its kind.
+// tests/proto/packed_codec_test.cc checks these rows against the .proto's
+// descriptors too.
+#define STATECACHE_PACKED_LATE_FIELDS(X) \
+  X(AdmitResult, from_tier)              \
+  X(ResumableHitResult, tier_blocks)     \
+  X(LookupResult, in_tier)
+
 // Operation's kinds: the field number in Operation's oneof (= the packed
 // form's kind), the message (its result is NameResult), the oneof field's
 // name and, for a kind that names a request, `request_id`.
@@ -551,6 +561,12 @@ void WriteResult(v1::PackedResults* out, const Result& r) {
   out->add_codes(0);
   ColumnWriter writer(out);
   Fields(writer, r);
+#define STATECACHE_LATE_FIELD(Message, name)         \
+  if constexpr (std::is_same_v<Result, v1::Message>) { \
+    out->add_late_values(static_cast<int64_t>(r.name())); \
+  }
+  STATECACHE_PACKED_LATE_FIELDS(STATECACHE_LATE_FIELD)
+#undef STATECACHE_LATE_FIELD
 }
 
 }  // namespace
@@ -735,6 +751,29 @@ bool PackedResultReader::ReadResult(Result* out) {
       packed_.request_ids(), packed_.request_id_lengths(), packed_.values(),
       packed_.hashes(), at_, &error_);
   Fields(reader, *out);
+  // A daemon that predates late_values sends none: the fields stay at
+  // their defaults.
+  if (packed_.late_values_size() == 0) return ok();
+#define STATECACHE_LATE_FIELD(Message, name)                           \
+  if constexpr (std::is_same_v<Result, v1::Message>) {                 \
+    if (ok() && at_.late >= packed_.late_values_size()) {              \
+      error_ = "late_values is too short";                             \
+    } else if (ok()) {                                                 \
+      using T = std::remove_cvref_t<decltype(out->name())>;            \
+      const int64_t v = packed_.late_values(at_.late++);               \
+      if (std::is_same_v<T, bool> && v != 0 && v != 1) {               \
+        error_ = "a bool is not 0 or 1";                               \
+      } else if (std::is_same_v<T, int32_t> &&                         \
+                 (v < std::numeric_limits<int32_t>::min() ||           \
+                  v > std::numeric_limits<int32_t>::max())) {          \
+        error_ = "a value is beyond int32";                            \
+      } else {                                                         \
+        out->set_##name(static_cast<T>(v));                            \
+      }                                                                \
+    }                                                                  \
+  }
+  STATECACHE_PACKED_LATE_FIELDS(STATECACHE_LATE_FIELD)
+#undef STATECACHE_LATE_FIELD
   return ok();
 }
 
@@ -771,6 +810,7 @@ absl::Status PackedResultReader::Finish() const {
       : at_.hash != packed_.hashes_size()             ? "hashes"
       : at_.id != packed_.request_id_lengths_size()   ? "request_id_lengths"
       : at_.id_offset != packed_.request_ids().size() ? "request_ids"
+      : at_.late != packed_.late_values_size()        ? "late_values"
                                                       : nullptr;
   if (left == nullptr) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat("packed results: ", left,

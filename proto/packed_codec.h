@@ -36,6 +36,7 @@ struct PackedCursor {
   size_t id_offset = 0;  // into request_ids
   int value = 0;         // into args (operations) or values (results)
   int hash = 0;          // into hashes
+  int late = 0;          // into late_values (results)
 };
 
 // The layout of operation kind `kind` (its field number in Operation's

@@ -50,6 +50,19 @@ std::vector<const FieldDescriptor*> FieldsByNumber(const Descriptor* d) {
   return fields;
 }
 
+// A result's fields numbered 100 and above, in field-number order: what
+// PackedResults.late_values carries for it.
+std::vector<const FieldDescriptor*> LateFieldsByNumber(const Descriptor* d) {
+  std::vector<const FieldDescriptor*> fields;
+  for (int i = 0; i < d->field_count(); ++i) {
+    if (d->field(i)->number() >= 100) fields.push_back(d->field(i));
+  }
+  std::sort(fields.begin(), fields.end(), [](const auto* a, const auto* b) {
+    return a->number() < b->number();
+  });
+  return fields;
+}
+
 // The rule's hashes: fields named `hash`, and repeated `hashes` and
 // `block_hashes`.
 bool IsHash(const FieldDescriptor* f) {
@@ -107,6 +120,7 @@ struct Columns {
   RepeatedField<uint32_t> lengths;
   RepeatedField<int64_t> values;
   RepeatedField<int64_t> hashes;
+  RepeatedField<int64_t> late;  // results' late_values
 };
 
 int64_t Scalar(const Reflection* r, const Message& m, const FieldDescriptor* f,
@@ -304,6 +318,26 @@ void RandomFill(std::mt19937_64& rng, Message* m) {
   }
 }
 
+// Sets every late field (numbered 100 and above) of a result: each a scalar
+// that is not its default, so a late field the codec dropped shows. Draws
+// nothing from the tests' random streams, which their expectations fit.
+void FillLate(int32_t value, Message* m) {
+  const Reflection* r = m->GetReflection();
+  for (const FieldDescriptor* f : LateFieldsByNumber(m->GetDescriptor())) {
+    ASSERT_FALSE(f->is_repeated()) << f->full_name();
+    switch (f->cpp_type()) {
+      case FieldDescriptor::CPPTYPE_INT32:
+        r->SetInt32(m, f, value);
+        break;
+      case FieldDescriptor::CPPTYPE_BOOL:
+        r->SetBool(m, f, true);
+        break;
+      default:
+        ADD_FAILURE() << "no late rule for " << f->full_name();
+    }
+  }
+}
+
 // The oneof field of `kind` (Operation's field number) in `d`'s oneof: the
 // operation itself, or the result of the same name.
 const FieldDescriptor* KindField(const Descriptor* d, int kind) {
@@ -337,9 +371,10 @@ RandomPass Random(std::mt19937_64& rng, int n) {
       result->set_code(static_cast<int32_t>(1 + rng() % 16));
       result->set_message(absl::StrCat("refused ", i));
     } else {
-      RandomFill(
-          rng, result->GetReflection()->MutableMessage(
-                   result, KindField(v1::OperationResult::descriptor(), kind)));
+      Message* kind_result = result->GetReflection()->MutableMessage(
+          result, KindField(v1::OperationResult::descriptor(), kind));
+      RandomFill(rng, kind_result);
+      if (i % 2 == 1) FillLate(1 + i, kind_result);
     }
   }
   return pass;
@@ -362,10 +397,14 @@ Columns ResultColumns(const RandomPass& pass, int i_end) {
   for (int i = 0; i < i_end; ++i) {
     const v1::OperationResult& result = pass.results[i];
     if (result.code() != 0) continue;
-    AppendByRule(result.GetReflection()->GetMessage(
-                     result, KindField(result.GetDescriptor(),
-                                       static_cast<int>(pass.kinds[i]))),
-                 c);
+    const Message& kind_result = result.GetReflection()->GetMessage(
+        result,
+        KindField(result.GetDescriptor(), static_cast<int>(pass.kinds[i])));
+    AppendByRule(kind_result, c);
+    for (const FieldDescriptor* f :
+         LateFieldsByNumber(kind_result.GetDescriptor())) {
+      c.late.Add(Scalar(kind_result.GetReflection(), kind_result, f, -1));
+    }
   }
   return c;
 }
@@ -417,6 +456,10 @@ TEST(PackedCodecTest, WritersWriteTheRulesColumnsAndReadersReadThemBack) {
     ExpectColumns(want_results, results.request_ids(),
                   results.request_id_lengths(), results.values(),
                   results.hashes());
+    EXPECT_EQ(std::vector<int64_t>(results.late_values().begin(),
+                                   results.late_values().end()),
+              std::vector<int64_t>(want_results.late.begin(),
+                                   want_results.late.end()));
     for (int i = 0; i < pass.results.size(); ++i) {
       EXPECT_EQ(results.codes(i),
                 static_cast<uint32_t>(pass.results[i].code()));
@@ -644,6 +687,62 @@ TEST(PackedCodecTest, ChecksAcceptWhatTheRuleReads) {
   // Spoiling found both outcomes often.
   EXPECT_GT(valid, 1000);
   EXPECT_GT(invalid, 1000);
+}
+
+// Issue 29: the tier's fields (numbered 100 and above) reached list-form
+// clients only. late_values carries them; a daemon that predates it sends
+// none, and the fields then read as their defaults.
+TEST(PackedCodecTest, LateValuesCarryTheTierFieldsAndAreOptional) {
+  google::protobuf::RepeatedPtrField<v1::OperationResult> list;
+  google::protobuf::RepeatedField<uint32_t> kinds;
+  v1::AdmitResult* admit = list.Add()->mutable_admit();
+  admit->add_slots(3);
+  admit->set_blocks_resumed(2);
+  admit->set_adopted(true);
+  admit->set_from_tier(true);
+  kinds.Add(v1::Operation::kAdmit);
+  list.Add()->mutable_resumable_hit()->set_tier_blocks(5);
+  kinds.Add(v1::Operation::kResumableHit);
+  v1::OperationResult* refused = list.Add();
+  refused->set_code(5);
+  refused->set_message("no");
+  kinds.Add(v1::Operation::kLookup);
+  v1::LookupResult* lookup = list.Add()->mutable_lookup();
+  lookup->set_slot(-1);
+  lookup->set_in_tier(true);
+  kinds.Add(v1::Operation::kLookup);
+  v1::PackedResults packed;
+  ASSERT_TRUE(PackResults(list, &packed).ok());
+  EXPECT_EQ(std::vector<int64_t>(packed.late_values().begin(),
+                                 packed.late_values().end()),
+            (std::vector<int64_t>{1, 5, 1}));
+  google::protobuf::RepeatedPtrField<v1::OperationResult> back;
+  ASSERT_TRUE(UnpackResults(packed, kinds, &back).ok());
+  EXPECT_TRUE(back[0].admit().from_tier());
+  EXPECT_EQ(back[1].resumable_hit().tier_blocks(), 5);
+  EXPECT_TRUE(back[3].lookup().in_tier());
+
+  v1::PackedResults old = packed;  // a daemon before late_values
+  old.clear_late_values();
+  ASSERT_TRUE(UnpackResults(old, kinds, &back).ok());
+  EXPECT_FALSE(back[0].admit().from_tier());
+  EXPECT_EQ(back[1].resumable_hit().tier_blocks(), 0);
+  EXPECT_EQ(back[0].admit().blocks_resumed(), 2);
+
+  v1::PackedResults short_late = packed;
+  short_late.mutable_late_values()->RemoveLast();
+  absl::Status st = UnpackResults(short_late, kinds, &back);
+  EXPECT_NE(st.message().find("late_values is too short"), std::string::npos)
+      << st;
+  v1::PackedResults not_bool = packed;
+  not_bool.set_late_values(0, 2);
+  st = UnpackResults(not_bool, kinds, &back);
+  EXPECT_NE(st.message().find("not 0 or 1"), std::string::npos) << st;
+  v1::PackedResults longer = packed;
+  longer.add_late_values(1);
+  st = UnpackResults(longer, kinds, &back);
+  EXPECT_NE(st.message().find("late_values holds more"), std::string::npos)
+      << st;
 }
 
 TEST(PackedCodecTest, ResultReaderNamesWhatRanShort) {

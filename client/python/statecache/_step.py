@@ -55,8 +55,9 @@ _RESULT_FIELDS = _pb.OperationResult.DESCRIPTOR.fields_by_name
 _HASH_NAMES = ("hash", "hashes", "block_hashes")
 
 
-# Fields numbered from here on are carried by the list form only (the
-# layout rule skips them: a layout never changes).
+# Fields numbered from here on were added after the layouts were fixed:
+# the layout rule skips them (a layout never changes). An operation's are
+# carried by the list form only; a result's by PackedResults.late_values.
 _LIST_ONLY_NUMBER = 100
 
 
@@ -172,17 +173,23 @@ SlotMove = _dataclass(
 Reservation = _dataclass("Reservation", "A midstep checkpoint's slot.")
 
 
-def _result(name):
+def _result(name, note=""):
     return _dataclass(name, "The result of %s: the proto message's fields, "
                       "then `code` (0 OK, else the refusal's google.rpc.Code "
                       "number) and `message`; refused, the fields are at "
-                      "their defaults (-1 for a slot: none)." % name,
+                      "their defaults (-1 for a slot: none).%s" % (name, note),
                       _Result)
 
 
 # Every result, one per operation kind, field for field as in the proto.
 BeginPassResult = _result("BeginPassResult")
-AdmitResult = _result("AdmitResult")
+AdmitResult = _result(
+    "AdmitResult",
+    " The first forward reads ``fork_src`` when it is set, else slot 0 when "
+    "``blocks_resumed`` > 0 (``adopted``), else nothing: a cold start "
+    "(``blocks_resumed`` == 0) gets slots holding whatever their last "
+    "holder left (another request's state), so its forward starts from the "
+    "zero state at token 0 and never reads them.")
 ResumableHitResult = _result("ResumableHitResult")
 LookupResult = _result("LookupResult")
 ReserveResult = _result("ReserveResult")
@@ -333,6 +340,37 @@ def _reader(kind):
 
 _READERS = {kind.number: _reader(kind) for kind in _KINDS.values()}
 
+# Each kind's late result fields (numbered _LIST_ONLY_NUMBER and above), in
+# field-number order, as (name, is_bool); kinds without any are left out.
+_LATE_FIELDS = {}
+for _kind in _KINDS.values():
+    _late = sorted((f for f in _RESULT_FIELDS[_kind.name].message_type.fields
+                    if f.number >= _LIST_ONLY_NUMBER),
+                   key=lambda f: f.number)
+    if _late:
+        _LATE_FIELDS[_kind.number] = tuple(
+            (f.name, f.type == f.TYPE_BOOL) for f in _late)
+del _kind, _late
+
+
+def _apply_late_values(kinds, codes, out, late):
+    """Sets the late fields of each successful result from `late` (the
+    PackedResults column), in order; IndexError when it is short, a
+    ValueError naming the column when it is longer than they use."""
+    at = 0
+    for i, kind in enumerate(kinds):
+        names = _LATE_FIELDS.get(kind)
+        if names is None or codes[i]:
+            continue
+        result = out[i]
+        for name, is_bool in names:
+            value = late[at]
+            at += 1
+            setattr(result, name, value != 0 if is_bool else value)
+    if at != len(late):
+        raise ValueError("late_values holds %d values, the operations use %d"
+                         % (len(late), at))
+
 # The kinds of a steady pass, decoded inline (a call less each).
 _INLINE_KINDS = (CHECKPOINT, CONSUME_FORK, RELEASE, RESUMABLE_HIT)
 
@@ -390,6 +428,16 @@ def decode_results(kinds, packed):
                        % e) from None
     if at != len(v) or not columns.used_up():
         raise Internal("packed results longer than the operations use")
+    # A daemon that predates late_values sends none: those fields stay at
+    # their defaults.
+    if packed.late_values:
+        try:
+            _apply_late_values(kinds, codes, out, packed.late_values)
+        except IndexError:
+            raise Internal("packed results: late_values is too short for "
+                           "the operations") from None
+        except ValueError as e:
+            raise Internal("packed results: %s" % e) from None
     return out
 
 
@@ -614,9 +662,11 @@ class StepBuilder:
     calls chain; :meth:`send` runs them and returns one result per
     operation, in order::
 
+        # A 300-token prompt: its 4 block hashes, all 4 in the KV cache;
+        # its anchor is its end rounded down to a block, token 256.
         results = (session.step()
                    .begin_pass()
-                   .admit("r1", width=1, num_tokens=300, anchor_pos=300,
+                   .admit("r1", width=1, num_tokens=300, anchor_pos=256,
                           block_hashes=hashes, kv_hit_blocks=4)
                    .send())
         admit = results[1]          # an AdmitResult
@@ -713,7 +763,10 @@ class StepBuilder:
               block_hashes=(), kv_hit_blocks=0):
         """Admits a request with `width` slots, resuming up to
         `kv_hit_blocks` blocks of `block_hashes` from a checkpoint
-        (AdmitResult: slots, fork_src, blocks_resumed, adopted)."""
+        (AdmitResult: slots, fork_src, blocks_resumed, adopted).
+        `anchor_pos` is the prompt's end rounded down to a full block (0
+        when it has none): only a checkpoint there is kept as known, every
+        other is a guess, spent first."""
 
     @_operation
     def resumable_hit(self, num_tokens, block_hashes=(), kv_hit_blocks=0,
@@ -730,7 +783,9 @@ class StepBuilder:
     def reserve(self, request_id, positions=()):
         """Takes a destination slot for each midstep position the forward
         will pass: ``(position, hash)`` tuples, dicts with those keys, or
-        MidstepPosition (ReserveResult: reservations)."""
+        MidstepPosition (ReserveResult: reservations). For a request
+        admitted in this pass, send it in a Step after the admit's: the
+        forward's start is the admit's blocks_resumed."""
 
     @_operation
     def publish(self, request_id, keep_all=False):
@@ -745,7 +800,9 @@ class StepBuilder:
     @_operation
     def checkpoint(self, request_id, boundary_blocks, hash,  # noqa: A002
                    anchor_pos=0):
-        """Fork checkpoint at `boundary_blocks`, filed under `hash`
+        """Fork checkpoint of the committed state, which must be exactly at
+        `boundary_blocks` blocks, filed under `hash`, the hash of the block
+        ending there (block_hashes[boundary_blocks - 1])
         (CheckpointResult: state_slot, fork_src, kept)."""
 
     @_operation
@@ -755,8 +812,10 @@ class StepBuilder:
 
     @_operation
     def adopt_fork_source(self, request_id):
-        """The request takes its fork source over as its committed slot
-        (AdoptForkSourceResult: state_slot)."""
+        """Before a forward whose chunk is too short to fork: the request
+        takes its fork source over as its committed slot, which that
+        forward reads and writes in place (AdoptForkSourceResult:
+        state_slot)."""
 
     @_operation
     def release(self, request_id):
