@@ -187,13 +187,14 @@ ABSL_FLAG(
     "jamba-v0.1, or a Hugging Face repo id of one). With neither --model "
     "nor --layout the daemon keeps no state memory: slot decisions only.");
 ABSL_FLAG(std::string, layout, "",
-          "State layout file (JSON; see daemon/device/layout_file.h). "
-          "Overrides --model.");
+          "State layout file (JSON; see docs/layout.md). Overrides --model. "
+          "Its \"arrangement\" stands unless --layer_major is given.");
 ABSL_FLAG(bool, layer_major, false,
           "Arrange the region [layer][tensor][slot] (as ATOM and vLLM "
           "allocate it) instead of slot-major (one slot = one contiguous "
           "range: cheap copies, shrinks from the tail). Layer-major regions "
-          "are laid out once for --max_slots.");
+          "are laid out once for --max_slots. With --layout, replaces the "
+          "file's arrangement.");
 ABSL_FLAG(std::string, device_backend, "host",
           "Where the state lives: host (POSIX shared memory), or hip / cuda "
           "/ gpu when built with a GPU flavour. GPU regions are reserved for "
@@ -313,7 +314,12 @@ absl::StatusOr<StateCacheOptions> OptionsFromFlags() {
             ? LayoutPreset(model, options.identity.num_spec(), arrangement)
             : LoadLayoutFile(layout_file);
     if (!layout.ok()) return layout.status();
-    if (!layout_file.empty()) *layout = layout->WithArrangement(arrangement);
+    // A file's own "arrangement" stands unless --layer_major asks for
+    // layer-major: the flag used to replace it either way, so a file saying
+    // layer_major silently came up slot-major.
+    if (!layout_file.empty() && arrangement == Arrangement::kLayerMajor) {
+      *layout = layout->WithArrangement(arrangement);
+    }
     options.epoch = NewEpoch(absl::Now());
     DeviceOptions device;
     device.backend = absl::GetFlag(FLAGS_device_backend);

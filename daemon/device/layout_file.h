@@ -4,7 +4,8 @@
 //     "format": "statecache-layout/v1",     optional; if present, exactly this
 //     "name": "my-model",                   optional display name
 //     "arrangement": "slot_major",          optional: slot_major (default) or
-//                                           layer_major
+//                                           layer_major (the daemon's
+//                                           --layer_major overrides it)
 //     "num_layers": 36,                     state layers only
 //     "tensors": [                          in order; the order is part of the
 //       {"name": "conv", "dtype": "bf16",   fingerprint

@@ -198,3 +198,19 @@ def test_dtypes():
     assert statecache.numpy_dtype("f8_e5m2").itemsize == 1
     with pytest.raises(ValueError):
         statecache.numpy_dtype("f64")
+
+
+def test_a_layout_files_arrangement_stands(start_daemon):
+    """The file's "arrangement" decides unless --layer_major is given (the
+    flag used to replace it either way)."""
+    layout = dict(SMALL_LAYOUT, arrangement="layer_major")
+    daemon = start_daemon("--max_slots=16", layout=layout, num_slots=8)
+    with statecache.Client.connect(daemon.address) as client, \
+            attach(client) as session:
+        assert session.memory.arrangement == "layer_major"
+    slot_major = dict(SMALL_LAYOUT, arrangement="slot_major")
+    daemon = start_daemon("--max_slots=16", "--layer_major", num_slots=8,
+                          layout=slot_major)
+    with statecache.Client.connect(daemon.address) as client, \
+            attach(client) as session:
+        assert session.memory.arrangement == "layer_major"
