@@ -124,7 +124,12 @@ class Daemon:
                     [self.binary, "--listen=" + self.listen,
                      "--ready_fd=%d" % write_end] + self.flags,
                     stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                    pass_fds=(write_end,), preexec_fn=self._limit)
+                    pass_fds=(write_end,),
+                    # No preexec_fn unless needed: it forces fork() and
+                    # grpc's at-fork handlers, which crash this process
+                    # when it has gRPC channels (vfork runs none).
+                    preexec_fn=(self._limit if self.max_open_files
+                                is not None else None))
             os.close(write_end)
             write_end = -1
             got = b""
