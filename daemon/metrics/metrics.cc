@@ -228,9 +228,10 @@ Metrics::Metrics(StateCache* cache, Options options)
            ->Add({});
   st.checkpoints_dropped =
       &counter("statecache_checkpoints_dropped_total",
-               "Checkpoints not kept because no slot was free at the moment "
-               "(the pool overwrites rather than refuses, so this is rare; not "
-               "the capacity signal).")
+               "Checkpoints not kept because no slot was free at that moment "
+               "(every slot live, pinned or reserved): a checkpoint or "
+               "snapshot that found none, a reserve that stopped short. "
+               "Small pools under load drop many.")
            ->Add({});
   st.checkpoints_evicted =
       &counter("statecache_checkpoints_evicted_total",

@@ -6,31 +6,53 @@ checkpoint, release, ...) built with a StepBuilder and answered with one
 result per operation. Every operation, argument and refusal is documented
 in proto/statecache/v1/statecache.proto; this package mirrors it in
 snake_case, with the proto's field names as keyword arguments and result
-attributes.
+attributes. One request's first turn, with the engine's parts (the
+``prompt``'s tokens, ``block_hashes``, ``run_forward``) left to you::
 
     import statecache
 
+    BLOCK = 64                                  # hash_block_size
     with statecache.Client.connect() as client, \\
             client.attach(model_id="Qwen/Qwen3-Next-80B-A3B-Instruct",
-                          hash_block_size=64, client_name="worker-0") as s:
-        # Before the forward: a new pass, an admission resuming what it can
-        # of the 4 blocks the KV cache holds.
+                          hash_block_size=BLOCK, client_name="worker-0") as s:
+        # A 300-token prompt has 4 full blocks. A later turn resumes it at
+        # most from its end rounded down to a block, token 256: its anchor.
+        hashes = block_hashes(prompt)           # 4 chained hashes
+        anchor = len(prompt) // BLOCK * BLOCK   # 256
+        # Before the forward: a new pass, an admission (cold: the KV cache
+        # holds none of its blocks yet).
         results = (s.step()
                    .begin_pass()
-                   .admit("r1", width=1, num_tokens=300, anchor_pos=300,
-                          block_hashes=hashes, kv_hit_blocks=4)
+                   .admit("r1", width=1, num_tokens=len(prompt),
+                          anchor_pos=anchor, block_hashes=hashes,
+                          kv_hit_blocks=0)
                    .send())
         admit = results[1].check()          # an AdmitResult; raises if refused
-        run_forward(write=admit.slots[0], read=admit.fork_src)
-        # After it: the fork it read is consumed; a checkpoint at 4 blocks.
-        s.step().consume_fork("r1") \\
-            .checkpoint("r1", boundary_blocks=4, hash=hashes[3]).send()
-        s.step().release("r1").send()       # the request finished
+        # A cold slot holds its last holder's bytes: start from the zero
+        # state (read=None), and stop at the anchor...
+        run_forward(read=None, write=admit.slots[0], tokens=prompt[:anchor])
+        # ...so the state sits exactly at token 256, after 4 blocks: file it
+        # under the hash of the block ending there.
+        ck = s.step().checkpoint("r1", boundary_blocks=anchor // BLOCK,
+                                 hash=hashes[anchor // BLOCK - 1]).send()[0]
+        # The next pass's forward reads the checkpoint (or, dropped for
+        # want of a slot, carries on in place) and writes state_slot; the
+        # fork it read is consumed after it.
+        s.step().begin_pass().send()
+        run_forward(read=ck.fork_src if ck.kept else ck.state_slot,
+                    write=ck.state_slot, tokens=prompt[anchor:])
+        s.step().consume_fork("r1").release("r1").send()   # finished
+
+A later turn whose prompt extends this one admits with ``kv_hit_blocks=4``
+and gets ``blocks_resumed == 4``: its forward starts at token 256, reading
+``fork_src`` (or slot 0 when ``adopted``). client/README.md walks through
+every step. The examples here run as tests (test_docstrings.py, in
+client/python/tests), so they stay true.
 
 Steps always travel in the packed form (PackedOperations). ``s.stream()``
 gives the same builder over one StepStream (the lowest-latency path from
 C++; from Python it saves little, since grpc's Python API feeds a stream
-through a thread of its own: bench/python_step_bench.py measures both):
+through a thread of its own: bench/python_step_bench.py measures both)::
 
     with s.stream() as stream:
         results = stream.step().begin_pass().release("r1").send()

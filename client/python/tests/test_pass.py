@@ -300,25 +300,3 @@ def test_every_kind_matches_the_list_form(start_daemon):
     channel.close()
     assert seen_kinds == set(pb.Operation.DESCRIPTOR.fields_by_name)
     assert {OK, NOT_FOUND, ALREADY_EXISTS} <= seen_codes
-
-
-def test_the_module_docstring_example_runs(start_daemon):
-    import re
-    import textwrap
-    daemon = start_daemon("--model_id=Qwen/Qwen3-Next-80B-A3B-Instruct")
-    example, streamed = [textwrap.dedent(block) for block in re.findall(
-        r"\n\n((?:    .*\n|\n)+)", statecache.__doc__)[:2]]
-    forwards = []
-    namespace = {
-        "hashes": hashes(30, 5),
-        "run_forward": lambda write, read: forwards.append((write, read))}
-    example = example.replace(
-        "statecache.Client.connect()",
-        "statecache.Client.connect(%r)" % daemon.address)
-    # The stream example runs inside the same session, before its release.
-    last = '    s.step().release("r1").send()'
-    assert last in example
-    example = example.replace(last, textwrap.indent(
-        streamed.replace('.release("r1")', ".lookup(0)"), "    ") + last)
-    exec(compile(example, "statecache.__doc__", "exec"), namespace)
-    assert forwards == [(0, -1)]
