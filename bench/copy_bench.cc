@@ -13,7 +13,10 @@
 //   per-piece  one memcpy call per (pair, layer, tensor) piece
 //   batched/1  the copy table on a HostCopier with one thread
 //   batched    Device::Copy(pairs): table build + HostCopier (--threads)
-// and the ratios batched/memcpy and batched/per-piece.
+// and the ratios batched/memcpy and batched/per-piece. Then what zeroing a
+// cold admit's slot would cost the daemon (issue 29: cold slots hold their
+// last holder's bytes): one memset per piece of one slot, in microseconds
+// per slot, against one memcpy of the same bytes (a slot's relocation).
 //
 // GPU (when the build has a GPU flavour and a device is present), the same
 // cases on the device: the kernel (one launch of the prepared table) against
@@ -61,6 +64,8 @@ double Seconds(Clock::time_point since) {
 
 struct HostResult {
   double memcpy_s, per_piece_s, batched1_s, batched_s;
+  // One slot: its pieces memset to 0; its bytes memcpy'd onto another slot.
+  double zero_slot_s, copy_slot_s;
 };
 
 HostResult RunHostCase(const BenchCase& c, int reps, int threads) {
@@ -89,8 +94,29 @@ HostResult RunHostCase(const BenchCase& c, int reps, int threads) {
       BuildCopyTable(c.layout, capacity, capacity, pairs);
   HostCopier single({.num_threads = 1});
 
-  std::vector<double> memcpy_s, piece_s, batched1_s, batched_s;
+  std::vector<double> memcpy_s, piece_s, batched1_s, batched_s, zero_s,
+      copy_s;
   for (int rep = -1; rep < reps; ++rep) {  // rep -1: warm-up
+    // A different pair each rep, so a small slot is not left in cache.
+    const auto [from, to] = pairs[(rep + 1) % pairs.size()];
+    auto zero_start = Clock::now();
+    for (int64_t layer = 0; layer < c.layout.num_layers(); ++layer) {
+      for (int t = 0; t < c.layout.num_tensors(); ++t) {
+        std::memset(base + c.layout.PieceOffset(t, layer, to, capacity), 0,
+                    c.layout.padded_piece_bytes(t));
+      }
+    }
+    const double t_zero = Seconds(zero_start);
+    zero_start = Clock::now();
+    for (int64_t layer = 0; layer < c.layout.num_layers(); ++layer) {
+      for (int t = 0; t < c.layout.num_tensors(); ++t) {
+        std::memcpy(base + c.layout.PieceOffset(t, layer, to, capacity),
+                    base + c.layout.PieceOffset(t, layer, from, capacity),
+                    c.layout.padded_piece_bytes(t));
+      }
+    }
+    const double t_copy = Seconds(zero_start);
+
     auto start = Clock::now();
     std::memcpy(base + total, base, total);
     const double t_memcpy = Seconds(start);
@@ -120,13 +146,21 @@ HostResult RunHostCase(const BenchCase& c, int reps, int threads) {
       piece_s.push_back(t_piece);
       batched1_s.push_back(t_batched1);
       batched_s.push_back(t_batched);
+      zero_s.push_back(t_zero);
+      copy_s.push_back(t_copy);
     }
   }
-  return {Median(memcpy_s), Median(piece_s), Median(batched1_s),
-          Median(batched_s)};
+  return {Median(memcpy_s),   Median(piece_s), Median(batched1_s),
+          Median(batched_s),  Median(zero_s),  Median(copy_s)};
 }
 
 void RunHost(int reps, int threads) {
+  struct Zeroing {
+    std::string name;
+    uint64_t bytes_per_slot;
+    HostResult result;
+  };
+  std::vector<Zeroing> zeroing;
   std::printf(
       "host: %d threads for batched; GB/s = bytes copied / time, median of %d"
       "\n%-24s %9s %6s %9s %9s %9s %9s %9s %9s\n",
@@ -135,6 +169,7 @@ void RunHost(int reps, int threads) {
   for (const BenchCase& c : BenchCases(absl::GetFlag(FLAGS_small_pairs),
                                        absl::GetFlag(FLAGS_large_pairs))) {
     const HostResult r = RunHostCase(c, reps, threads);
+    zeroing.push_back({c.name, c.layout.bytes_per_slot(), r});
     const double bytes = static_cast<double>(c.layout.RegionBytes(c.pairs));
     const std::vector<SlotPair> pairs = BenchPairs(c.pairs);
     const int64_t descriptors =
@@ -146,6 +181,16 @@ void RunHost(int reps, int threads) {
                 bytes / r.per_piece_s / 1e9, bytes / r.batched1_s / 1e9,
                 bytes / r.batched_s / 1e9, r.memcpy_s / r.batched_s,
                 r.per_piece_s / r.batched_s);
+  }
+  std::printf(
+      "\nzeroing a cold slot (host, one thread), us per slot, median of %d\n"
+      "%-24s %9s %9s %9s %9s\n",
+      reps, "case", "KiB/slot", "zero", "copy", "zero/copy");
+  for (const Zeroing& z : zeroing) {
+    std::printf("%-24s %9.1f %9.1f %9.1f %8.2fx\n", z.name.c_str(),
+                static_cast<double>(z.bytes_per_slot) / 1024,
+                z.result.zero_slot_s * 1e6, z.result.copy_slot_s * 1e6,
+                z.result.zero_slot_s / z.result.copy_slot_s);
   }
 }
 
