@@ -118,3 +118,29 @@ def test_closing_the_client_stops_the_renewal(start_daemon):
     with pytest.raises(ValueError):  # a call on a closed client
         session.step().begin_pass().send()
     session.close()  # forgotten quietly
+
+
+@pytest.mark.parametrize("repeat", range(3))
+def test_a_new_client_connects_after_a_sigkill_beside_an_old_one(
+        start_daemon, repeat):
+    """A scheduler that reconnects as a new Client, in a process that still
+    holds the old one with an attached (idle) session, connects and attaches
+    within its timeout; the old client sees UNAVAILABLE while the daemon is
+    down, then EpochChanged."""
+    daemon = start_daemon()
+    old = statecache.Client.connect(daemon.address)
+    try:
+        session = attach(old, keepalive=False)
+        assert session.step().begin_pass().send()[0].ok
+        daemon.kill()
+        with pytest.raises(statecache.Unavailable):
+            session.step().begin_pass().send()
+        daemon.start()
+        with statecache.Client.connect(daemon.address, timeout=5) as fresh, \
+                attach(fresh) as again:
+            assert again.epoch != session.epoch
+            assert again.step().begin_pass().send()[0].ok
+        with pytest.raises(statecache.EpochChanged):
+            session.step().begin_pass().send()
+    finally:
+        old.close()
