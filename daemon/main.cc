@@ -52,6 +52,7 @@
 #include "client/default_address.h"
 #include "daemon/command_line.h"
 #include "daemon/common/status_macros.h"
+#include "daemon/core/slot_memory.h"
 #include "daemon/core/state_transfer.h"
 #include "daemon/device/device.h"
 #include "daemon/device/host_device.h"
@@ -107,8 +108,10 @@ ABSL_FLAG(int32_t, max_connections, 0,
           "most 1024.");
 ABSL_FLAG(int64_t, num_slots, 1024, "Slots in the pool at start.");
 ABSL_FLAG(int64_t, max_slots, 0,
-          "Largest pool a Resize may ask for; 0 = no limit beyond the pool's "
-          "own (2^30).");
+          "Largest pool a Resize may ask for; 0 = as many slots as this "
+          "machine's memory holds the pool's bookkeeping for (at most "
+          "2^30). A --num_slots or --max_slots whose bookkeeping alone "
+          "exceeds the machine's memory exits 2.");
 ABSL_FLAG(std::string, transfer, "fork",
           "How state crosses a checkpoint: fork, none or replay.");
 ABSL_FLAG(int64_t, fork_tokens, 1,
@@ -226,6 +229,29 @@ constexpr absl::Duration kMinMaintenanceSleep = absl::Milliseconds(1);
 
 // ------------------------------------------------------------ configuration
 
+// Bytes of memory this machine has (0 when it cannot say).
+uint64_t PhysicalMemoryBytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0
+             ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page)
+             : 0;
+}
+
+// The pool's bookkeeping grows with its slots: a size this machine cannot
+// hold is refused here, naming the flag, rather than dying of bad_alloc at
+// start (or, for --max_slots, at a later Resize).
+absl::Status CheckPoolFits(const char* flag, int64_t slots, uint64_t memory) {
+  if (slots < 1 || slots > kMaxSlots || memory == 0) return absl::OkStatus();
+  const uint64_t needs = SlotMemory::BookkeepingBytes(slots);
+  if (needs <= memory) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "%s=%d needs about %.1f GiB for the pool's bookkeeping alone, more "
+      "than this machine's %.1f GiB of memory: lower it",
+      flag, slots, static_cast<double>(needs) / (1 << 30),
+      static_cast<double>(memory) / (1 << 30)));
+}
+
 // One flag-to-option mapping, read top to bottom; it runs a little over the
 // usual length because each flag's check sits beside its use.
 absl::StatusOr<StateCacheOptions> OptionsFromFlags() {
@@ -242,7 +268,17 @@ absl::StatusOr<StateCacheOptions> OptionsFromFlags() {
   if (max_slots < 0) {
     return absl::InvalidArgumentError("--max_slots must be >= 0");
   }
-  options.max_slots = max_slots == 0 ? kMaxSlots : max_slots;
+  const uint64_t memory = PhysicalMemoryBytes();
+  RETURN_IF_ERROR(CheckPoolFits("--num_slots", options.num_slots, memory));
+  RETURN_IF_ERROR(CheckPoolFits("--max_slots", max_slots, memory));
+  // Unset: as many as the bookkeeping fits in memory for.
+  options.max_slots =
+      max_slots != 0 ? max_slots
+      : memory == 0
+          ? kMaxSlots
+          : std::min<int64_t>(kMaxSlots,
+                              static_cast<int64_t>(
+                                  memory / SlotMemory::BookkeepingBytes(1)));
 
   absl::StatusOr<TransferKind> kind =
       ParseTransferKind(absl::GetFlag(FLAGS_transfer));

@@ -150,6 +150,14 @@ class SlotMemory {
                                            int64_t hash_block_size,
                                            std::shared_ptr<Device> device);
 
+  // An upper bound on the memory the pool's bookkeeping and the owner table
+  // take at `slots` slots (SlotPool::BookkeepingBytes and one Owner each).
+  // REQUIRES: slots >= 0.
+  static uint64_t BookkeepingBytes(int64_t slots) {
+    return SlotPool::BookkeepingBytes(slots) +
+           static_cast<uint64_t>(slots) * sizeof(Owner);
+  }
+
   SlotMemory(SlotMemory&&) = default;
   SlotMemory& operator=(SlotMemory&&) = default;
 

@@ -47,6 +47,17 @@ SlotPool::SlotPool(int64_t num_slots, StateTransfer transfer,
   num_free_ = num_slots;
 }
 
+uint64_t SlotPool::BookkeepingBytes(int64_t slots) {
+  const auto n = static_cast<uint64_t>(slots);
+  // The hash index reserves bit_ceil(2n) buckets (each a Bucket and a tag):
+  // at most 4n.
+  const uint64_t per_slot = sizeof(SlotState) +
+                            4 * (2 * sizeof(int64_t) + sizeof(uint8_t)) +
+                            sizeof(std::pair<int64_t, int64_t>) +
+                            sizeof(uint32_t) + 1;  // + vacant bits, rounded
+  return n * per_slot;
+}
+
 void SlotPool::GrowTo(int64_t capacity) {
   if (capacity <= this->capacity()) return;
   slots_.resize(capacity);

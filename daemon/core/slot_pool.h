@@ -149,6 +149,13 @@ class SlotPool {
   // REQUIRES: hash_block_size >= 1.
   // REQUIRES: !transfer.copies() (page-copy checkpoints do not belong here).
   // Errors: INVALID_ARGUMENT.
+  // An upper bound on the memory the pool's own bookkeeping takes at
+  // `slots` slots (its per-slot state, its hash index sized for a full
+  // pool, its reservation and scratch tables), for a caller that must
+  // refuse a size the machine cannot hold before allocating it.
+  // REQUIRES: slots >= 0.
+  static uint64_t BookkeepingBytes(int64_t slots);
+
   static absl::StatusOr<SlotPool> Create(int64_t num_slots,
                                          StateTransfer transfer,
                                          int64_t hash_block_size = 1,

@@ -53,6 +53,23 @@ TEST(CommandLineTest, AValueItsFlagCannotParseExitsTwo) {
   }
 }
 
+// Issue 30: --num_slots=2^30 without a layout died of std::bad_alloc (exit
+// 134, a core) before it checked anything. A pool whose bookkeeping alone
+// is past the machine's memory is a configuration error now. (An
+// unreachable --listen keeps a machine big enough to hold it from serving.)
+TEST(CommandLineTest, APoolTheMachineCannotHoldExitsTwoNamingTheFlag) {
+  for (const char* flag : {"--num_slots", "--max_slots"}) {
+    const CommandResult r =
+        RunDaemon({absl::StrCat(flag, "=1073741824"),
+                   "--listen=unix:/nonexistent-statecache-dir/s.sock"});
+    EXPECT_TRUE(r.exit.exited) << r.exit.ToString();
+    EXPECT_EQ(r.exit.code, 2) << r.err;
+    EXPECT_TRUE(absl::StrContains(r.err, absl::StrCat(flag, "=1073741824")))
+        << r.err;
+    EXPECT_TRUE(absl::StrContains(r.err, "bookkeeping")) << r.err;
+  }
+}
+
 TEST(CommandLineTest, AValueThatLooksLikeAFlagIsAValue) {
   // "--fork_tokens -1": -1 is the value (refused later, as a bad
   // configuration, by the pool's own check), not an unknown flag "-1".
