@@ -4,10 +4,16 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
 #include <thread>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/match.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "client/from_proto.h"
@@ -49,7 +55,143 @@ struct StepMessages {
   v1::StepResponse* response;
 };
 
+// What a PEM certificate's and a PEM private key's armour lines end with
+// ("-----BEGIN CERTIFICATE-----", "-----BEGIN EC PRIVATE KEY-----", ...).
+constexpr absl::string_view kCertificateMark = "CERTIFICATE-----";
+constexpr absl::string_view kPrivateKeyMark = "PRIVATE KEY-----";
+
+// How long Connect waits, after connect_timeout, for a TLS channel that did
+// not connect to say why (a channel between attempts answers at once; one
+// mid-handshake on a loaded machine can take a while).
+constexpr absl::Duration kReasonWait = absl::Seconds(1);
+
+bool IsUnixAddress(absl::string_view address) {
+  return absl::StartsWith(address, "unix:") ||
+         absl::StartsWith(address, "unix-abstract:");
+}
+
+// OK if `pem` holds a PEM certificate (`key` false) or private key (`key`
+// true); else INVALID_ARGUMENT naming `what`. (A CSR, a key given as the
+// certificate or the other way round would otherwise only fail once gRPC
+// tries to connect, as "empty address list".)
+absl::Status CheckPem(absl::string_view what, absl::string_view pem, bool key) {
+  const absl::string_view mark = key ? kPrivateKeyMark : kCertificateMark;
+  const size_t begin = pem.find("-----BEGIN ");
+  if (begin != absl::string_view::npos &&
+      pem.find(mark, begin) != absl::string_view::npos) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      what, ": not a PEM ", key ? "private key" : "certificate", " (no \"",
+      key ? "-----BEGIN ... PRIVATE KEY-----" : "-----BEGIN CERTIFICATE-----",
+      "\")"));
+}
+
+// The channel's credentials: plaintext, or TLS from `tls` (checked).
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> Credentials(
+    const std::string& address, const std::optional<TlsOptions>& tls) {
+  if (!tls.has_value()) return grpc::InsecureChannelCredentials();
+  if (IsUnixAddress(address)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "TLS is for TCP addresses; ", address,
+        " is a Unix socket, which statecached serves in plaintext (the "
+        "kernel names its peers)"));
+  }
+  if (tls->certificate_chain.empty() != tls->private_key.empty()) {
+    return absl::InvalidArgumentError(
+        "TlsOptions: certificate_chain and private_key go together: give "
+        "both or neither");
+  }
+  if (!tls->root_certificates.empty()) {
+    if (absl::Status s = CheckPem("TlsOptions::root_certificates",
+                                  tls->root_certificates, /*key=*/false);
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (!tls->certificate_chain.empty()) {
+    if (absl::Status s = CheckPem("TlsOptions::certificate_chain",
+                                  tls->certificate_chain, /*key=*/false);
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = CheckPem("TlsOptions::private_key", tls->private_key,
+                                  /*key=*/true);
+        !s.ok()) {
+      return s;
+    }
+  }
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = tls->root_certificates;
+  ssl.pem_cert_chain = tls->certificate_chain;
+  ssl.pem_private_key = tls->private_key;
+  return grpc::SslCredentials(ssl);
+}
+
+// Why `channel` (not connected) cannot connect, as gRPC reports its last
+// attempt, from one fail-fast Ping: a channel in TRANSIENT_FAILURE fails it
+// at once with that error. OK if the Ping went through.
+absl::Status ConnectFailure(const std::shared_ptr<grpc::Channel>& channel) {
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineAfter(kReasonWait));
+  v1::PingRequest request;
+  v1::PingResponse response;
+  const grpc::Status status =
+      v1::StateCache::NewStub(channel)->Ping(&context, request, &response);
+  if (status.ok()) return absl::OkStatus();
+  const std::string message = status.error_message();  // returned by value
+  absl::string_view reason = message;
+  absl::ConsumePrefix(&reason, "failed to connect to all addresses; ");
+  return absl::UnavailableError(
+      reason.empty() ? std::string(absl::StatusCodeToString(
+                           static_cast<absl::StatusCode>(status.error_code())))
+                     : std::string(reason));
+}
+
+// A PEM file's contents (a certificate, or with `key` a private key), for
+// TlsOptions::FromFiles.
+absl::StatusOr<std::string> ReadPemFile(const std::string& path, bool key) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in.is_open()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": cannot be read: ", std::strerror(errno)));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  if (in.bad()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": cannot be read"));
+  }
+  if (absl::Status s = CheckPem(path, text.str(), key); !s.ok()) return s;
+  return text.str();
+}
+
 }  // namespace
+
+// =============================================================== TlsOptions
+
+absl::StatusOr<TlsOptions> TlsOptions::FromFiles(std::string_view ca_file,
+                                                 std::string_view cert_file,
+                                                 std::string_view key_file,
+                                                 std::string server_name) {
+  if (cert_file.empty() != key_file.empty()) {
+    return absl::InvalidArgumentError(
+        "a client certificate and its key go together: give both or "
+        "neither");
+  }
+  TlsOptions tls;
+  tls.server_name = std::move(server_name);
+  for (const auto& [path, out] : {std::pair<std::string_view, std::string*>{
+                                      ca_file, &tls.root_certificates},
+                                  {cert_file, &tls.certificate_chain},
+                                  {key_file, &tls.private_key}}) {
+    if (path.empty()) continue;
+    absl::StatusOr<std::string> pem =
+        ReadPemFile(std::string(path), out == &tls.private_key);
+    if (!pem.ok()) return pem.status();
+    *out = *std::move(pem);
+  }
+  return tls;
+}
 
 // =============================================================== StepBuilder
 
@@ -413,12 +555,26 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(std::string address,
       std::clamp<int64_t>(options.max_message_bytes, 1024, INT32_MAX));
   args.SetMaxReceiveMessageSize(max_message_bytes);
   args.SetMaxSendMessageSize(max_message_bytes);
-  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
-      address, grpc::InsecureChannelCredentials(), args);
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      Credentials(address, options.tls);
+  if (!credentials.ok()) return credentials.status();
+  if (options.tls.has_value() && !options.tls->server_name.empty()) {
+    args.SetSslTargetNameOverride(options.tls->server_name);
+  }
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateCustomChannel(address, *std::move(credentials), args);
   if (!channel->WaitForConnected(DeadlineAfter(options.connect_timeout))) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot connect to statecached at ", address, " within ",
-                     absl::FormatDuration(options.connect_timeout)));
+    if (!options.tls.has_value()) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot connect to statecached at ", address, " within ",
+                       absl::FormatDuration(options.connect_timeout)));
+    }
+    if (absl::Status reason = ConnectFailure(channel); !reason.ok()) {
+      return absl::UnavailableError(absl::StrCat(
+          "cannot connect to statecached over TLS at ", address, " within ",
+          absl::FormatDuration(options.connect_timeout), ": ",
+          reason.message()));
+    }
   }
   return std::unique_ptr<Client>(new Client(
       std::make_unique<Impl>(std::move(address), options, std::move(channel))));

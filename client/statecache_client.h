@@ -15,6 +15,15 @@
 //   auto results = (*client)->Step(step);
 //   auto admit = results->Get<statecache::AdmitResult>(1);  // op 1: Admit
 //
+// A daemon serving TCP does so over TLS (its --tls_cert; mutual TLS with its
+// --tls_client_ca) unless it runs with --insecure_tcp; ClientOptions::tls
+// reaches it:
+//
+//   statecache::ClientOptions options;
+//   options.tls = *statecache::TlsOptions::FromFiles("ca.pem", "me.pem",
+//                                                    "me.key");
+//   auto client = statecache::Client::Connect("10.0.0.5:50051", options);
+//
 // The protocol, every operation's arguments and every error code are
 // documented in proto/statecache/v1/statecache.proto; this header mirrors it
 // with plain C++ types (no gRPC or protobuf types appear here).
@@ -56,6 +65,40 @@
 
 namespace statecache {
 
+// TLS for a TCP address: what Connect needs to reach a daemon that serves
+// TCP over TLS (its --tls_cert and --tls_key; mutual TLS with its
+// --tls_client_ca). Certificates and keys are PEM text (FromFiles reads
+// files). Connect checks them: see Client::Connect.
+struct TlsOptions {
+  // The CA certificate(s) the daemon's certificate must chain to. Empty:
+  // gRPC's default roots (the system's).
+  std::string root_certificates = {};
+  // This client's certificate (chain) and its private key, both or neither:
+  // a daemon with --tls_client_ca refuses a client without one. The
+  // certificate's name (first subject alternative name, else common name)
+  // is the client's principal, x509:NAME, which sessions are bound to and
+  // --admin_allow names operators by. Empty: no client certificate (the
+  // principal is "anonymous").
+  std::string certificate_chain = {};
+  std::string private_key = {};
+  // The name the daemon's certificate must carry, when it is not the
+  // address's host (e.g. "statecached.internal" for 10.0.0.5:50051).
+  // Empty: the host.
+  std::string server_name = {};
+
+  // The PEM files given (an empty path leaves that part empty): `ca_file`
+  // into root_certificates, `cert_file` and `key_file` into
+  // certificate_chain and private_key (statecachectl's --tls_ca,
+  // --tls_cert, --tls_key). Errors: INVALID_ARGUMENT naming the file when
+  // one cannot be read or holds no PEM certificate (ca_file, cert_file) or
+  // PEM private key (key_file), or when only one of cert_file and key_file
+  // is given.
+  static absl::StatusOr<TlsOptions> FromFiles(std::string_view ca_file,
+                                              std::string_view cert_file,
+                                              std::string_view key_file,
+                                              std::string server_name = "");
+};
+
 struct ClientOptions {
   // Deadline of each call (Resize gets its own deadline on top of this).
   absl::Duration rpc_timeout = absl::Seconds(5);
@@ -65,6 +108,10 @@ struct ClientOptions {
   bool keepalive = true;
   // Largest message sent or received; match the daemon's --max_message_bytes.
   int64_t max_message_bytes = int64_t{16} << 20;
+  // Set: the channel uses TLS (a TCP address only), which a daemon serving
+  // TCP needs unless it runs with --insecure_tcp. Unset: plaintext, as a
+  // Unix socket (always) and an --insecure_tcp daemon want.
+  std::optional<TlsOptions> tls = std::nullopt;
 };
 
 // The model's identity; every field must equal the daemon's configuration.
@@ -376,8 +423,19 @@ struct DrainResult {
 class Client {
  public:
   // Opens a channel to `address` (gRPC syntax: "unix:/path" or "host:port")
-  // and waits up to options.connect_timeout for the daemon to accept it.
-  // Errors: UNAVAILABLE when it does not.
+  // and waits up to options.connect_timeout for the daemon to accept it;
+  // over TLS when options.tls is set.
+  // Errors: UNAVAILABLE when it does not (the message names the address;
+  // with TLS also why gRPC's last attempt failed, e.g. "Ssl handshake
+  // failed: ... certificate verify failed" for a daemon certificate that
+  // does not chain to root_certificates, or "Socket closed" for a client
+  // certificate the daemon refused); INVALID_ARGUMENT (nothing sent) for
+  // options.tls with a Unix socket address (the daemon serves Unix sockets
+  // in plaintext: the kernel names their peers), or a TlsOptions with only
+  // one of certificate_chain and private_key, a root_certificates or
+  // certificate_chain without a PEM certificate, or a private_key without a
+  // PEM private key. (A key that does not match its certificate is not
+  // caught here: gRPC then never connects, UNAVAILABLE.)
   static absl::StatusOr<std::unique_ptr<Client>> Connect(
       std::string address, ClientOptions options = {});
   // Stops the keepalive thread and closes the step stream. Does not detach.

@@ -1,6 +1,8 @@
 // statecachectl: the operator's command-line tool for statecached.
 //
-//   statecachectl [--address=ADDR] [--json] [--timeout=DURATION] COMMAND ...
+//   statecachectl [--address=ADDR] [--json] [--timeout=DURATION]
+//                 [--tls_ca=FILE] [--tls_cert=FILE --tls_key=FILE]
+//                 [--tls_server_name=NAME] COMMAND ...
 //
 //   status                      epoch, uptime, slots, sessions at a glance
 //   stats [--watch]             checkpoint fates, occupancy, resumes; --watch
@@ -16,6 +18,10 @@
 //
 // Output is an aligned table for people, or JSON with --json (one object; one
 // object per line for stats --watch).
+//
+// A daemon serving a TCP --address over TLS (its --tls_cert; mutual TLS with
+// its --tls_client_ca) is reached with the --tls_* flags: any of them turns
+// TLS on (statecache::TlsOptions).
 //
 // Exit codes (scripts rely on them; kUsage below prints them too):
 //   0 ok; 1 the daemon refused or an RPC failed; 2 usage error (nothing
@@ -103,6 +109,17 @@ constexpr char kUsageTail[] =
                       drain --wait: polling period (default 1s, 500ms)
   --count=N           stats --watch: stop after N frames (default: Ctrl-C)
 
+TLS, for a daemon serving a TCP --address with --tls_cert (any --tls_* flag
+turns TLS on; without one a TCP address is plaintext, for --insecure_tcp):
+  --tls_ca=FILE       PEM CA certificate(s) the daemon's certificate must
+                      chain to (default: the system's roots)
+  --tls_cert=FILE     PEM client certificate, for a daemon with
+                      --tls_client_ca (your principal: x509:NAME, its name)
+  --tls_key=FILE      the private key of --tls_cert (both or neither)
+  --tls_server_name=NAME
+                      the name the daemon's certificate carries, when it is
+                      not --address's host
+
 exit codes:
   0  ok (also: stats --watch stopped by Ctrl-C)
   1  the daemon refused the call or an RPC failed (message on stderr)
@@ -110,10 +127,16 @@ exit codes:
   3  timed out: drain --wait past --timeout (the daemon stays draining),
      resize past --deadline (the slots given up so far stay given up)
   4  the daemon is unreachable: nothing accepted a connection at the address
+     (over TLS: or the handshake failed; the message says why)
 )";
 
 struct CommandLine {
   std::string address = DefaultAddress();
+  // --tls_ca, --tls_cert, --tls_key, --tls_server_name ("": not given).
+  std::string tls_ca;
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_server_name;
   bool json = false;
   std::optional<absl::Duration> timeout;
   absl::Duration deadline = absl::Seconds(30);
@@ -132,7 +155,16 @@ struct CommandLine {
   absl::Duration CallTimeout() const {
     return timeout.value_or(kDefaultCallTimeout);
   }
+  bool Tls() const {
+    return Given("tls_ca") || Given("tls_cert") || Given("tls_key") ||
+           Given("tls_server_name");
+  }
 };
+
+bool IsTlsFlag(absl::string_view name) {
+  return name == "tls_ca" || name == "tls_cert" || name == "tls_key" ||
+         name == "tls_server_name";
+}
 
 void PrintUsage(std::ostream& out) {
   out << kUsage << DefaultAddress() << kUsageTail;
@@ -142,8 +174,8 @@ void PrintUsage(std::ostream& out) {
 void UsageError(absl::string_view message) {
   std::cerr << "statecachectl: " << message << "\n"
             << "usage: statecachectl [--address=ADDR] [--json] "
-               "[--timeout=DURATION] COMMAND (statecachectl --help lists "
-               "commands, flags and exit codes)\n";
+               "[--timeout=DURATION] [--tls_*=...] COMMAND (statecachectl "
+               "--help lists commands, flags and exit codes)\n";
 }
 
 // Parses argv. Flags may come before or after the command; "--" ends them.
@@ -184,7 +216,7 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc, char** argv) {
       continue;
     }
     if (name != "address" && name != "timeout" && name != "deadline" &&
-        name != "interval" && name != "count") {
+        name != "interval" && name != "count" && !IsTlsFlag(name)) {
       return absl::InvalidArgumentError(absl::StrCat("unknown flag ", arg));
     }
     if (!value.has_value()) {
@@ -196,6 +228,15 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc, char** argv) {
     line.given.emplace_back(name);
     if (name == "address") {
       line.address = std::string(*value);
+    } else if (IsTlsFlag(name)) {
+      if (value->empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--", name, " needs a value"));
+      }
+      (name == "tls_ca"     ? line.tls_ca
+       : name == "tls_cert" ? line.tls_cert
+       : name == "tls_key"  ? line.tls_key
+                            : line.tls_server_name) = std::string(*value);
     } else if (name == "count") {
       if (!absl::SimpleAtoi(*value, &line.count) || line.count < 1) {
         return absl::InvalidArgumentError(
@@ -1016,10 +1057,18 @@ const std::vector<Command>& Commands() {
   return *commands;
 }
 
+bool IsUnixAddress(absl::string_view address) {
+  return absl::StartsWith(address, "unix:") ||
+         absl::StartsWith(address, "unix-abstract:");
+}
+
 // Flags that fit the command but not each other. Empty when fine.
 std::string FlagConflict(const Command& command, const CommandLine& line) {
   for (const std::string& flag : line.given) {
-    if (flag == "address" || flag == "json" || flag == "timeout") continue;
+    if (flag == "address" || flag == "json" || flag == "timeout" ||
+        IsTlsFlag(flag)) {
+      continue;
+    }
     if (std::find(command.flags.begin(), command.flags.end(), flag) ==
         command.flags.end()) {
       return absl::StrCat(command.name, " takes no --", flag);
@@ -1080,14 +1129,43 @@ int Main(int argc, char** argv) {
                             : line->CallTimeout();
   options.connect_timeout = options.rpc_timeout;
   options.keepalive = false;
+  if (line->Tls()) {
+    if (line->tls_cert.empty() != line->tls_key.empty()) {
+      UsageError("--tls_cert and --tls_key go together: give both or neither");
+      return kExitUsage;
+    }
+    if (IsUnixAddress(line->address)) {
+      UsageError(absl::StrCat(
+          "the --tls_* flags are for a TCP --address; ", line->address,
+          " is a Unix socket, which statecached serves in plaintext"));
+      return kExitUsage;
+    }
+    absl::StatusOr<TlsOptions> tls = TlsOptions::FromFiles(
+        line->tls_ca, line->tls_cert, line->tls_key, line->tls_server_name);
+    if (!tls.ok()) {
+      std::cerr << "statecachectl: " << tls.status().message() << "\n";
+      return kExitUsage;
+    }
+    options.tls = *std::move(tls);
+  }
   absl::StatusOr<std::unique_ptr<Client>> client =
       Client::Connect(line->address, options);
   if (!client.ok()) {
     std::cerr << "statecachectl: " << command->name << ": "
               << absl::StatusCodeToString(client.status().code()) << ": "
               << client.status().message()
-              << " (is statecached running? --address or $XDG_RUNTIME_DIR "
-                 "picks the socket)\n";
+              << (line->Tls()
+                      ? " (is statecached running there with --tls_cert? "
+                        "does its certificate chain to --tls_ca and name "
+                        "--address's host or --tls_server_name? with "
+                        "--tls_client_ca, does it take --tls_cert?)\n"
+                  : IsUnixAddress(line->address)
+                      ? " (is statecached running? --address or "
+                        "$XDG_RUNTIME_DIR picks the socket)\n"
+                      : " (is statecached running? over TCP it serves TLS "
+                        "unless started with --insecure_tcp: give --tls_ca, "
+                        "and --tls_cert and --tls_key if it has "
+                        "--tls_client_ca)\n");
     return absl::IsUnavailable(client.status()) ? kExitUnreachable
                                                 : kExitRpcError;
   }

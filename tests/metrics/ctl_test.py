@@ -14,6 +14,11 @@
                     and --help documents them
     StatsWatchTest  stats --watch --count N prints N frames (tables and JSON
                     lines with rates); Ctrl-C ends it with 0
+    TlsTest         --tls_ca/--tls_cert/--tls_key against a daemon serving
+                    127.0.0.1 with mutual TLS: status, stats and sessions
+                    (the operator by its certificate, sessions shown as
+                    x509:NAME); a wrong CA, no client certificate or no TLS
+                    exit 4 naming the address and why; bad TLS flags exit 2
 
 See harness.py for the arguments.
 """
@@ -25,6 +30,7 @@ import select
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 import unittest
@@ -389,6 +395,138 @@ class StatsWatchTest(CtlTestCase):
         code, out, err = ctl.finish()
         self.assertEqual(code, 0, err)
         self.assertEqual(err, "")
+
+
+class TlsTest(unittest.TestCase):
+    """statecachectl over TLS. Certificates from client/python/tests/
+    tls_pki.py: a test CA and a second one, a server certificate for
+    127.0.0.1 and localhost, client certificates ops, eng and (from the
+    second CA) stranger."""
+
+    @classmethod
+    def setUpClass(cls):
+        sys.path.insert(0, os.path.join(harness.ARGS.source_dir, "client",
+                                        "python", "tests"))
+        import tls_pki
+        cls.pki_dir = tempfile.mkdtemp(prefix="scm-pki-")
+        cls.pki = tls_pki.Pki(cls.pki_dir)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.pki_dir, ignore_errors=True)
+
+    def setUp(self):
+        p = self.pki.path
+        self.daemon = Daemon(
+            ["--num_slots=8", "--hash_block_size=4",
+             "--tls_cert=" + p("server.pem"), "--tls_key=" + p("server.key"),
+             "--tls_client_ca=" + p("ca.pem"), "--admin_allow=x509:ops"],
+            listen="127.0.0.1:0")
+        self.assertTrue(self.daemon.address.startswith("127.0.0.1:"))
+        self.ctl = Ctl(self.daemon)
+        self.channels = []
+
+    def tearDown(self):
+        for channel in self.channels:
+            channel.close()
+        self.daemon.stop()
+
+    def tls(self, who="ops", ca="ca"):
+        """The TLS flags: trust `ca`; present `who`'s certificate if set."""
+        flags = ["--tls_ca=" + self.pki.path(ca + ".pem")]
+        if who:
+            flags += ["--tls_cert=" + self.pki.path(who + ".pem"),
+                      "--tls_key=" + self.pki.path(who + ".key")]
+        return flags
+
+    def attach_as(self, who):
+        """Attaches a session over a raw TLS channel presenting `who`."""
+        import grpc
+        pb2, pb2_grpc = harness.stubs()
+        channel = grpc.secure_channel(self.daemon.address, grpc.ssl_channel_credentials(
+            root_certificates=self.pki.read("ca.pem"),
+            private_key=self.pki.read(who + ".key"),
+            certificate_chain=self.pki.read(who + ".pem")))
+        self.channels.append(channel)
+        pb2_grpc.StateCacheStub(channel).Attach(
+            pb2.AttachRequest(identity=pb2.Identity(hash_block_size=4),
+                              client_name=who + "-scheduler"), timeout=10)
+
+    def test_commands_over_mutual_tls(self):
+        result = self.ctl.run(*self.tls(), "status")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertRegex(result.stdout, r"(?m)^address +%s$" % re.escape(self.daemon.address))
+        self.assertRegex(result.stdout, r"(?m)^slots +8 total")
+        result = self.ctl.run(*self.tls(), "--json", "stats")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(json.loads(result.stdout)["slots"]["total"], 8, result.stdout)
+
+        # Operator calls: ops is one (--admin_allow=x509:ops), eng is not;
+        # eng's session shows its certificate's name.
+        self.attach_as("eng")
+        result = self.ctl.run(*self.tls(), "--json", "sessions")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        sessions = json.loads(result.stdout)["sessions"]
+        self.assertEqual([(s["handle"], s["principal"], s["client_name"]) for s in sessions],
+                         [("s1", "x509:eng", "eng-scheduler")], result.stdout)
+        result = self.ctl.run(*self.tls("eng"), "sessions")
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertIn("PERMISSION_DENIED", result.stderr)
+        self.assertIn("x509:eng", result.stderr)
+
+        # The certificate names localhost too.
+        result = self.ctl.run(*self.tls(), "--tls_server_name=localhost", "status")
+        self.assertEqual(result.returncode, 0, result.stderr)
+
+    def refused(self, *args):
+        """Runs statecachectl expecting exit 4; returns its stderr."""
+        result = self.ctl.run("--timeout=1s", *args)
+        self.assertEqual(result.returncode, 4, (args, result.stdout, result.stderr))
+        self.assertEqual(result.stdout, "")
+        self.assertIn("statecachectl: status: UNAVAILABLE: ", result.stderr)
+        self.assertIn(self.daemon.address, result.stderr)
+        return result.stderr
+
+    def test_refusals(self):
+        # The daemon's certificate is not from the CA given.
+        err = self.refused(*self.tls(ca="other-ca"), "status")
+        self.assertRegex(err, r"(?i)certificate.verify.failed")
+        self.assertIn("does its certificate chain to --tls_ca", err)
+        # Mutual TLS: no client certificate, or one from another CA.
+        self.refused(*self.tls(who=None), "status")
+        self.refused(*self.tls(who="stranger"), "status")
+        # The certificate does not carry this name.
+        err = self.refused(*self.tls(), "--tls_server_name=elsewhere.invalid", "status")
+        self.assertIn("elsewhere.invalid", err)
+        # No TLS at all: the hint says what a TCP daemon wants.
+        err = self.refused("status")
+        self.assertIn("--insecure_tcp", err)
+
+        # Usage errors (2), nothing sent.
+        ca = "--tls_ca=" + self.pki.path("ca.pem")
+        for args, words in (
+                (["--tls_cert=" + self.pki.path("ops.pem"), "status"], "go together"),
+                ([ca, "--tls_cert=" + self.pki.path("ops.pem"),
+                  "--tls_key=" + self.pki.path("ops.pem"), "status"], "not a PEM private key"),
+                (["--tls_ca=" + self.pki.path("missing.pem"), "status"], "cannot be read"),
+                (["--tls_ca=" + self.pki.path("ops.csr"), "status"], "not a PEM certificate"),
+                (["--tls_ca=", "status"], "needs a value")):
+            result = self.ctl.run(*args)
+            self.assertEqual(result.returncode, 2, (args, result.stderr))
+            self.assertTrue(result.stderr.startswith("statecachectl: "), result.stderr)
+            self.assertIn(words, result.stderr)
+            self.assertEqual(result.stdout, "")
+        result = subprocess.run(
+            [harness.ARGS.statecachectl, "--address=unix:" + os.path.join(self.daemon.dir, "s.sock"),
+             ca, "status"], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)
+        self.assertEqual(result.returncode, 2, result.stderr)
+        self.assertIn("Unix socket", result.stderr)
+
+        # --help documents the flags.
+        result = self.ctl.run("--help")
+        for flag in ("--tls_ca=FILE", "--tls_cert=FILE", "--tls_key=FILE",
+                     "--tls_server_name=NAME"):
+            self.assertIn(flag, result.stdout)
 
 
 if __name__ == "__main__":

@@ -99,14 +99,17 @@ def stubs():
 # ------------------------------------------------------------------ daemon
 
 class Daemon:
-    """One statecached process in its own temporary directory."""
+    """One statecached process in its own temporary directory, on a Unix
+    socket there, or on `listen` if given (e.g. "127.0.0.1:0", with the TLS
+    flags in `flags`: `address` is then the one the daemon logged, with the
+    port it picked)."""
 
     READY_DEADLINE_S = 15.0
 
-    def __init__(self, flags=(), metrics=True):
+    def __init__(self, flags=(), metrics=True, listen=None):
         self.dir = tempfile.mkdtemp(prefix="scm-")
         self.socket = os.path.join(self.dir, "statecached.sock")
-        self.address = "unix:" + self.socket
+        self.address = listen or "unix:" + self.socket
         self.log_path = os.path.join(self.dir, "statecached.log")
         argv = [ARGS.statecached, "--listen=" + self.address]
         argv.append("--metrics_address=" + ("127.0.0.1:0" if metrics else ""))
@@ -125,6 +128,14 @@ class Daemon:
             raise
         finally:
             os.close(read_fd)
+        if listen is not None:
+            # "listening on ADDR epoch=N", written before "ready".
+            found = re.findall(r"listening on (\S+) epoch=", self.log())
+            if not found:
+                self.kill()
+                raise AssertionError("no 'listening on ADDR' line in the log:\n"
+                                     + self.log())
+            self.address = found[-1]
         self.metrics_port = None
         if metrics:
             match = re.search(r"metrics on http://\S+/metrics \(port (\d+)\)", self.log())

@@ -69,6 +69,11 @@ region; on the host backend ``s.memory.tensor("ssm", layer)`` is a writable
 zero-copy numpy view of shape (capacity_slots, *shape); on GPUs see
 :func:`cuda_views`.
 
+TCP: a daemon serving a TCP address over TLS (its --tls_cert; mutual TLS
+with --tls_client_ca) is reached with ``connect(address, tls=...)``, a
+:class:`TlsConfig`: ``TlsConfig.from_files(ca_file=, cert_file=,
+key_file=)`` reads the CA, client certificate and key from PEM files.
+
 Operators: ``client.admin.stats()``, ``.sessions()``, ``.resize(n)``,
 ``.evict(session_id)``, ``.drain()``.
 
@@ -95,8 +100,8 @@ from ._step import (AdmitResult, AdoptForkSourceResult, BeginPassResult,
                     ReserveResult, ReleaseResult, ResumableHitResult,
                     SlotMove, SnapshotResult, StepBuilder, UnindexResult)
 from ._client import (Admin, Client, DrainResult, Identity, ResizeResult,
-                      Session, SessionInfo, Stats, StepStream, TransferConfig,
-                      WarmRestart, default_address)
+                      Session, SessionInfo, Stats, StepStream, TlsConfig,
+                      TransferConfig, WarmRestart, default_address)
 
 __version__ = "0.1.0"
 
@@ -108,8 +113,8 @@ def connect(address=None, timeout=5.0, **options):
 
 __all__ = [
     # connection, session, pass
-    "connect", "default_address", "Client", "Session", "StepStream",
-    "StepBuilder", "Admin",
+    "connect", "default_address", "TlsConfig", "Client", "Session",
+    "StepStream", "StepBuilder", "Admin",
     # plain values
     "Identity", "TransferConfig", "Stats", "WarmRestart", "SessionInfo",
     "ResizeResult", "DrainResult", "MidstepPosition",

@@ -22,6 +22,7 @@ from ._step import (StepBuilder, decode_results, step_request,
 
 __all__ = [
     "default_address",
+    "TlsConfig",
     "Client",
     "Session",
     "StepStream",
@@ -55,6 +56,117 @@ def default_address():
     if runtime_dir.startswith("/"):
         return "unix:%s/statecache/statecached.sock" % runtime_dir
     return "unix:/tmp/statecache-%d/statecached.sock" % uid
+
+
+# ------------------------------------------------------------ TLS
+
+
+def _is_unix_address(address):
+    return address.startswith(("unix:", "unix-abstract:"))
+
+
+def _pem_problem(data, key):
+    """None if `data` holds a PEM certificate (`key` False) or private key
+    (`key` True), else what is wrong. (A CSR, or a key given as the
+    certificate, would otherwise fail only when gRPC tries to connect.)"""
+    begin = data.find(b"-----BEGIN ")
+    mark = b"PRIVATE KEY-----" if key else b"CERTIFICATE-----"
+    if begin >= 0 and data.find(mark, begin) >= 0:
+        return None
+    return ("not a PEM private key (no -----BEGIN ... PRIVATE KEY-----)"
+            if key else
+            "not a PEM certificate (no -----BEGIN CERTIFICATE-----)")
+
+
+@dataclass(frozen=True, slots=True)
+class TlsConfig:
+    """TLS for a TCP address: what :meth:`Client.connect` needs to reach a
+    daemon that serves TCP over TLS (its ``--tls_cert``/``--tls_key``;
+    mutual TLS with its ``--tls_client_ca``). Without a TlsConfig the
+    channel is plaintext, as a Unix socket (always) and a daemon started
+    with ``--insecure_tcp`` want.
+
+    Every certificate and key is PEM bytes; :meth:`from_files` reads them
+    from files. The private key is left out of ``repr``.
+
+    Attributes:
+        root_certificates: the CA certificate(s) the daemon's certificate
+            must chain to; None: gRPC's default roots (the system's).
+        certificate_chain: this client's certificate (chain), for a daemon
+            with ``--tls_client_ca``, which refuses a client without one.
+            Its name (first subject alternative name, else common name) is
+            the client's principal, ``x509:NAME``: sessions are bound to it
+            and ``--admin_allow`` names operators by it. None: no client
+            certificate (the principal is ``anonymous``).
+        private_key: the key of `certificate_chain` (both or neither).
+        server_name: the name the daemon's certificate must carry, when it
+            is not the address's host (e.g. ``"statecached.internal"`` for
+            ``10.0.0.5:50051``); None: the host.
+
+    Raises (constructing one):
+        TypeError: a certificate or key that is not bytes (a path: use
+            :meth:`from_files`).
+        ValueError: a certificate that is no PEM certificate, a key that
+            is no PEM private key, a certificate without its key or a key
+            without its certificate, or an empty `server_name`. (A key
+            that does not match its certificate is not caught: the client
+            then never connects.)
+    """
+
+    root_certificates: bytes | None = None
+    certificate_chain: bytes | None = None
+    private_key: bytes | None = field(default=None, repr=False)
+    server_name: str | None = None
+
+    def __post_init__(self):
+        for name in ("root_certificates", "certificate_chain", "private_key"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if not isinstance(value, bytes):
+                raise TypeError(
+                    "TlsConfig.%s: PEM bytes, not %s (TlsConfig.from_files "
+                    "reads files)" % (name, type(value).__name__))
+            problem = _pem_problem(value, name == "private_key")
+            if problem:
+                raise ValueError("TlsConfig.%s: %s" % (name, problem))
+        if (self.certificate_chain is None) != (self.private_key is None):
+            raise ValueError("TlsConfig: certificate_chain and private_key "
+                             "go together: give both or neither")
+        if self.server_name is not None and (
+                not isinstance(self.server_name, str) or not self.server_name):
+            raise ValueError("TlsConfig.server_name: a non-empty str or None")
+
+    @classmethod
+    def from_files(cls, ca_file=None, cert_file=None, key_file=None,
+                   server_name=None):
+        """A TlsConfig of the PEM files given (paths; None leaves that
+        part out): `ca_file` the CA certificate(s) the daemon's certificate
+        must chain to (statecachectl's ``--tls_ca``), `cert_file` and
+        `key_file` this client's certificate and key (``--tls_cert``,
+        ``--tls_key``), `server_name` as in the class.
+
+        Raises:
+            OSError: a file cannot be read (its exception names it).
+            ValueError: a file holds no PEM certificate (`ca_file`,
+                `cert_file`) or private key (`key_file`): the message names
+                it; or as the constructor.
+        """
+        def read(path, key=False):
+            if path is None:
+                return None
+            path = os.fspath(path)
+            with open(path, "rb") as f:
+                data = f.read()
+            problem = _pem_problem(data, key)
+            if problem:
+                raise ValueError("%s: %s" % (path, problem))
+            return data
+
+        return cls(root_certificates=read(ca_file),
+                   certificate_chain=read(cert_file),
+                   private_key=read(key_file, key=True),
+                   server_name=server_name)
 
 
 # ------------------------------------------------------------ plain values
@@ -199,6 +311,25 @@ def _plain(cls, message):
 
 # ------------------------------------------------------------ Client
 
+# How long connect() waits for a failing channel to say why (one between
+# attempts answers at once; one mid-handshake on a loaded machine can take a
+# while).
+_REASON_SECONDS = 1.0
+
+
+def _connect_failure(channel):
+    """Why `channel` (not ready) cannot connect, as gRPC reports its last
+    attempt ("... Ssl handshake failed: ... certificate verify failed"), by
+    one fail-fast Ping: a channel in TRANSIENT_FAILURE answers it at once.
+    None if the Ping went through."""
+    try:
+        _pb_grpc.StateCacheStub(channel).Ping(_pb.PingRequest(),
+                                              timeout=_REASON_SECONDS)
+        return None
+    except grpc.RpcError as e:
+        details = e.details() or e.code().name
+        return details.removeprefix("failed to connect to all addresses; ")
+
 
 class Client:
     """A connection to one statecached. Thread-safe.
@@ -232,22 +363,43 @@ class Client:
 
     @classmethod
     def connect(cls, address=None, timeout=5.0, *,
-                max_message_bytes=16 << 20):
+                max_message_bytes=16 << 20, tls=None):
         """Opens a channel to `address` (gRPC syntax, ``unix:/path`` or
         ``host:port``; default :func:`default_address`) and waits up to
         `timeout` seconds for the daemon to accept it. `timeout` is also
         every later call's deadline. `max_message_bytes` should match the
         daemon's --max_message_bytes.
 
+        `tls` (a :class:`TlsConfig`) makes the channel TLS: a daemon
+        serving a TCP address needs it unless it runs with
+        ``--insecure_tcp``; with ``--tls_client_ca`` it also needs the
+        TlsConfig's client certificate. Without `tls` the channel is
+        plaintext (a Unix socket, or an ``--insecure_tcp`` daemon).
+
         The channel reconnects by itself after the daemon restarts (backoff
         0.1 s growing to 2 s: the daemon is local).
 
         Raises:
             Unavailable: nothing accepted the connection in time (the
-                message names the address).
+                message names the address; with `tls`, also why gRPC's
+                last attempt failed, e.g. the daemon's certificate did not
+                verify against the TlsConfig's CA, or the daemon refused
+                the client's certificate).
+            TypeError: `tls` is not a TlsConfig.
+            ValueError: `tls` with a Unix socket address (the daemon serves
+                Unix sockets in plaintext: the kernel names their peers).
         """
         if address is None:
             address = default_address()
+        if tls is not None:
+            if not isinstance(tls, TlsConfig):
+                raise TypeError("tls: a statecache.TlsConfig, not %s"
+                                % type(tls).__name__)
+            if _is_unix_address(address):
+                raise ValueError(
+                    "tls is for TCP addresses; %s is a Unix socket, which "
+                    "statecached serves in plaintext (the kernel names its "
+                    "peers)" % address)
         options = [
             ("grpc.max_send_message_length", max_message_bytes),
             ("grpc.max_receive_message_length", max_message_bytes),
@@ -258,15 +410,38 @@ class Client:
             # without them gRPC does not keep a copy of every request.
             ("grpc.enable_retries", 0),
         ]
-        channel = grpc.insecure_channel(address, options=options)
+        if tls is None:
+            channel = grpc.insecure_channel(address, options=options)
+        else:
+            if tls.server_name is not None:
+                options.append(("grpc.ssl_target_name_override",
+                                tls.server_name))
+            channel = grpc.secure_channel(
+                address, grpc.ssl_channel_credentials(
+                    root_certificates=tls.root_certificates,
+                    private_key=tls.private_key,
+                    certificate_chain=tls.certificate_chain),
+                options=options)
         try:
             grpc.channel_ready_future(channel).result(timeout=timeout)
         except grpc.FutureTimeoutError:
+            if tls is None:
+                channel.close()
+                raise Unavailable(
+                    "no statecached accepted a connection at %s within %g s "
+                    "(is it running? its --listen address?)"
+                    % (address, timeout)) from None
+            reason = _connect_failure(channel)
+            if reason is None:  # it connected after all
+                return cls(channel, address, timeout)
             channel.close()
             raise Unavailable(
-                "no statecached accepted a connection at %s within %g s "
-                "(is it running? its --listen address?)"
-                % (address, timeout)) from None
+                "no statecached accepted a TLS connection at %s within %g s: "
+                "%s (is it running with --tls_cert? does its certificate "
+                "chain to the TlsConfig's root_certificates and name the "
+                "address's host or server_name? with --tls_client_ca, does "
+                "it take the TlsConfig's certificate_chain?)"
+                % (address, timeout, reason)) from None
         return cls(channel, address, timeout)
 
     def close(self):

@@ -1,65 +1,38 @@
 """TCP with TLS, against a real daemon and certificates this test makes
-with openssl: a server certificate for 127.0.0.1 and client certificates
-("ops", "eng") from one test CA. Under mutual TLS a client certificate's
-name is its principal (x509:NAME): sessions are bound to it and
---admin_allow names operators by it; a client without a certificate cannot
-connect at all. TCP without TLS needs --insecure_tcp, and its peers are
-anonymous, never operators.
+with openssl (tls_pki.py): a server certificate for 127.0.0.1 and client
+certificates ("ops", "eng") from one test CA, and a second CA. Under mutual
+TLS a client certificate's name is its principal (x509:NAME): sessions are
+bound to it and --admin_allow names operators by it; a client without a
+certificate cannot connect at all. TCP without TLS needs --insecure_tcp,
+and its peers are anonymous, never operators.
+
+The first tests talk to the daemon with raw grpc.secure_channel; the later
+ones through the package's own Client.connect(tls=statecache.TlsConfig).
 """
 
-import os
+import re
 import subprocess
 
 import grpc
 import pytest
 
+import statecache
 from statecache.testing import Daemon, statecached_binary
 from statecache.v1 import statecache_pb2 as pb
 from statecache.v1 import statecache_pb2_grpc as pb_grpc
 
-from conftest import BLOCK, MODEL_ID, identity_flags
+from conftest import BLOCK, MODEL_ID, attach, identity_flags
+from tls_pki import Pki
 
 IDENTITY = pb.Identity(model_id=MODEL_ID, hash_block_size=BLOCK)
-
-
-def _openssl(*args, cwd):
-    subprocess.run(["openssl"] + list(args), cwd=cwd, check=True,
-                   capture_output=True, timeout=60)
-
-
-def _issue(directory, name, subject, extensions=None):
-    """A P-256 key and a certificate for `subject` signed by the test CA."""
-    _openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-             "-nodes", "-keyout", name + ".key", "-out", name + ".csr",
-             "-subj", subject, cwd=directory)
-    args = ["x509", "-req", "-in", name + ".csr", "-CA", "ca.pem", "-CAkey",
-            "ca.key", "-CAcreateserial", "-days", "1", "-out", name + ".pem"]
-    if extensions:
-        with open(os.path.join(directory, name + ".ext"), "w") as f:
-            f.write(extensions + "\n")
-        args += ["-extfile", name + ".ext"]
-    _openssl(*args, cwd=directory)
+# Connect timeout (seconds) where a connection is meant to be refused: the
+# client waits this long before it gives up.
+REFUSED_WITHIN = 1.0
 
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory):
-    d = str(tmp_path_factory.mktemp("pki"))
-    _openssl("req", "-x509", "-newkey", "ec", "-pkeyopt",
-             "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", "ca.key",
-             "-out", "ca.pem", "-subj", "/CN=statecache-test-ca", "-days", "1",
-             cwd=d)
-    _issue(d, "server", "/CN=statecached",
-           "subjectAltName=IP:127.0.0.1,DNS:localhost")
-    _issue(d, "ops", "/CN=ops")
-    _issue(d, "eng", "/CN=eng")
-
-    def read(name):
-        with open(os.path.join(d, name), "rb") as f:
-            return f.read()
-
-    return type("Pki", (), {"dir": d, "read": staticmethod(read),
-                            "path": staticmethod(
-                                lambda n: os.path.join(d, n))})
+    return Pki(tmp_path_factory.mktemp("pki"))
 
 
 def _tls_daemon(pki, *flags):
@@ -165,3 +138,118 @@ def test_tcp_needs_tls_or_an_explicit_insecure_tcp(tmp_path):
         assert "anonymous" in e.value.details()
         assert admin.GetStats(pb.GetStatsRequest(),
                               timeout=10).slots_total == 64
+        # The package's Client: plaintext unless given tls.
+        with statecache.Client.connect(daemon.address) as client:
+            assert client.admin.stats().slots_total == 64
+
+
+# ------------------------------------------------ statecache.Client over TLS
+
+
+def _tls(pki, who=None, ca="ca", **kwargs):
+    """A TlsConfig trusting `ca`, with client certificate `who` if given."""
+    if who is None:
+        return statecache.TlsConfig.from_files(pki.path(ca + ".pem"), **kwargs)
+    return statecache.TlsConfig.from_files(
+        pki.path(ca + ".pem"), pki.path(who + ".pem"), pki.path(who + ".key"),
+        **kwargs)
+
+
+def _refused(daemon, tls):
+    """The Unavailable that Client.connect raises; checks it names the
+    address and says TLS."""
+    with pytest.raises(statecache.Unavailable) as e:
+        statecache.Client.connect(daemon.address, REFUSED_WITHIN, tls=tls)
+    assert daemon.address in e.value.message, e.value.message
+    assert "TLS connection" in e.value.message, e.value.message
+    return e.value.message
+
+
+def test_client_with_mutual_tls_attaches_steps_and_is_named_by_its_cert(pki):
+    with _tls_daemon(pki, "--tls_client_ca=" + pki.path("ca.pem"),
+                     "--admin_allow=x509:ops") as daemon, \
+            statecache.Client.connect(daemon.address,
+                                      tls=_tls(pki, "eng")) as eng, \
+            statecache.Client.connect(daemon.address,
+                                      tls=_tls(pki, "ops")) as ops:
+        with attach(eng, client_name="eng-scheduler") as session:
+            results = (session.step().begin_pass()
+                       .admit("r1", width=1, num_tokens=2 * BLOCK,
+                              anchor_pos=2 * BLOCK, block_hashes=[11, 12])
+                       .send())
+            assert [r.ok for r in results] == [True, True], results
+            assert len(results[1].check().slots) == 1
+            with session.stream() as stream:
+                released = stream.step().release("r1").send()[0].check()
+            assert released.slots_released == 1
+            sessions = ops.admin.sessions()
+            assert [(s.handle, s.principal, s.client_name)
+                    for s in sessions] == [("s1", "x509:eng",
+                                            "eng-scheduler")]
+            # eng is no operator.
+            with pytest.raises(statecache.PermissionDenied) as e:
+                eng.admin.sessions()
+            assert "x509:eng" in e.value.message
+        assert ops.admin.stats().sessions == 0
+
+
+def test_client_refuses_a_daemon_certificate_from_another_ca(pki):
+    with _tls_daemon(pki, "--tls_client_ca=" + pki.path("ca.pem")) as daemon:
+        message = _refused(daemon, _tls(pki, "eng", ca="other-ca"))
+        assert re.search(r"(?i)certificate.verify.failed", message), message
+
+
+def test_mutual_tls_refuses_a_client_without_an_accepted_certificate(pki):
+    with _tls_daemon(pki, "--tls_client_ca=" + pki.path("ca.pem")) as daemon:
+        _refused(daemon, _tls(pki))                 # no certificate
+        _refused(daemon, _tls(pki, "stranger"))     # another CA's
+        with statecache.Client.connect(daemon.address,
+                                       tls=_tls(pki, "eng")) as client:
+            client.ping()
+
+
+def test_client_server_name_and_server_only_tls(pki):
+    with _tls_daemon(pki) as daemon:
+        # The certificate names 127.0.0.1 and localhost.
+        for name in (None, "localhost"):
+            with statecache.Client.connect(
+                    daemon.address, tls=_tls(pki, server_name=name)) as c:
+                with attach(c):
+                    assert c.admin.stats().sessions == 1
+                # Server-only TLS: anonymous, no operator.
+                with pytest.raises(statecache.PermissionDenied) as e:
+                    c.admin.drain()
+                assert "anonymous" in e.value.message
+        message = _refused(daemon, _tls(pki, server_name="elsewhere.invalid"))
+        assert "elsewhere.invalid" in message, message
+        # A plaintext client gets nowhere either.
+        with pytest.raises(statecache.Unavailable) as e:
+            statecache.Client.connect(daemon.address, REFUSED_WITHIN)
+        assert daemon.address in e.value.message
+
+
+def test_tls_config_checks_its_arguments(pki, tmp_path):
+    with pytest.raises(TypeError, match="from_files"):
+        statecache.TlsConfig(root_certificates=pki.path("ca.pem"))
+    with pytest.raises(ValueError, match="go together"):
+        statecache.TlsConfig(certificate_chain=pki.read("eng.pem"))
+    with pytest.raises(ValueError, match="not a PEM certificate"):
+        statecache.TlsConfig(root_certificates=b"garbage")
+    with pytest.raises(ValueError, match="private_key: not a PEM private key"):
+        statecache.TlsConfig(certificate_chain=pki.read("eng.pem"),
+                             private_key=pki.read("eng.pem"))
+    with pytest.raises(ValueError, match="eng.csr: not a PEM certificate"):
+        statecache.TlsConfig.from_files(ca_file=pki.path("eng.csr"))
+    not_pem = tmp_path / "not.pem"
+    not_pem.write_bytes(b"garbage")
+    with pytest.raises(ValueError, match=re.escape(str(not_pem))):
+        statecache.TlsConfig.from_files(ca_file=not_pem)
+    with pytest.raises(FileNotFoundError):
+        statecache.TlsConfig.from_files(ca_file=tmp_path / "missing.pem")
+    config = _tls(pki, "eng")
+    assert config.private_key == pki.read("eng.key")
+    assert "PRIVATE" not in repr(config)
+    with pytest.raises(ValueError, match="Unix socket"):
+        statecache.Client.connect("unix:/nonexistent/s.sock", tls=config)
+    with pytest.raises(TypeError, match="TlsConfig"):
+        statecache.Client.connect("127.0.0.1:1", tls={"ca": "x"})
