@@ -94,27 +94,32 @@ HostResult RunHostCase(const BenchCase& c, int reps, int threads) {
       BuildCopyTable(c.layout, capacity, capacity, pairs);
   HostCopier single({.num_threads = 1});
 
+  // Calls f(tensor, layer) for each piece of a slot.
+  auto each_piece = [&c](auto&& f) {
+    for (int64_t layer = 0; layer < c.layout.num_layers(); ++layer) {
+      for (int t = 0; t < c.layout.num_tensors(); ++t) f(t, layer);
+    }
+  };
+  auto copy_slot = [&](int64_t src, int64_t dst) {
+    each_piece([&](int t, int64_t layer) {
+      std::memcpy(base + c.layout.PieceOffset(t, layer, dst, capacity),
+                  base + c.layout.PieceOffset(t, layer, src, capacity),
+                  c.layout.padded_piece_bytes(t));
+    });
+  };
   std::vector<double> memcpy_s, piece_s, batched1_s, batched_s, zero_s,
       copy_s;
   for (int rep = -1; rep < reps; ++rep) {  // rep -1: warm-up
     // A different pair each rep, so a small slot is not left in cache.
     const auto [from, to] = pairs[(rep + 1) % pairs.size()];
     auto zero_start = Clock::now();
-    for (int64_t layer = 0; layer < c.layout.num_layers(); ++layer) {
-      for (int t = 0; t < c.layout.num_tensors(); ++t) {
-        std::memset(base + c.layout.PieceOffset(t, layer, to, capacity), 0,
-                    c.layout.padded_piece_bytes(t));
-      }
-    }
+    each_piece([&](int t, int64_t layer) {
+      std::memset(base + c.layout.PieceOffset(t, layer, to, capacity), 0,
+                  c.layout.padded_piece_bytes(t));
+    });
     const double t_zero = Seconds(zero_start);
     zero_start = Clock::now();
-    for (int64_t layer = 0; layer < c.layout.num_layers(); ++layer) {
-      for (int t = 0; t < c.layout.num_tensors(); ++t) {
-        std::memcpy(base + c.layout.PieceOffset(t, layer, to, capacity),
-                    base + c.layout.PieceOffset(t, layer, from, capacity),
-                    c.layout.padded_piece_bytes(t));
-      }
-    }
+    copy_slot(from, to);
     const double t_copy = Seconds(zero_start);
 
     auto start = Clock::now();
@@ -122,15 +127,7 @@ HostResult RunHostCase(const BenchCase& c, int reps, int threads) {
     const double t_memcpy = Seconds(start);
 
     start = Clock::now();
-    for (const auto& [src, dst] : pairs) {
-      for (int64_t layer = 0; layer < c.layout.num_layers(); ++layer) {
-        for (int t = 0; t < c.layout.num_tensors(); ++t) {
-          std::memcpy(base + c.layout.PieceOffset(t, layer, dst, capacity),
-                      base + c.layout.PieceOffset(t, layer, src, capacity),
-                      c.layout.padded_piece_bytes(t));
-        }
-      }
-    }
+    for (const auto& [src, dst] : pairs) copy_slot(src, dst);
     const double t_piece = Seconds(start);
 
     start = Clock::now();

@@ -187,15 +187,23 @@ def test_a_corrupted_byte_drops_that_checkpoint_only(start_daemon,
         assert resume_checked(session, range(4)) == [0]
 
 
-def test_a_corrupted_tier_image_is_dropped(start_daemon, state_dir):
+def start_with_a_full_tier(start_daemon, state_dir):
+    """A 4-slot daemon whose tier holds 8 images, 8 prompts published into
+    it; returns the daemon and its stats then."""
     tier = "--host_tier_bytes=%d" % (8 * 17920)
     daemon = start(start_daemon, state_dir, tier, num_slots=4)
     with statecache.Client.connect(daemon.address) as client, \
             attach(client) as session:
         for p in range(8):
             publish(session, p)
-        entries = client.admin.stats().host_tier_entries
-        assert entries >= 4
+        held = client.admin.stats()
+    assert held.host_tier_entries >= 4
+    return daemon, held
+
+
+def test_a_corrupted_tier_image_is_dropped(start_daemon, state_dir):
+    daemon, held = start_with_a_full_tier(start_daemon, state_dir)
+    entries = held.host_tier_entries
     daemon.stop()
     images, = glob.glob(os.path.join(state_dir, "tier-*.images"))
     with open(images, "r+b") as f:  # the first image, byte 100
@@ -335,15 +343,9 @@ def test_an_index_naming_images_past_its_file_starts_without_them(
     index is not to be trusted), the device checkpoints come back with
     their bytes, and no resume reads another image's state."""
     import struct
-    tier = "--host_tier_bytes=%d" % (8 * 17920)
-    daemon = start(start_daemon, state_dir, tier, num_slots=4)
-    with statecache.Client.connect(daemon.address) as client, \
-            attach(client) as session:
-        for p in range(8):
-            publish(session, p)
-        held = client.admin.stats()
-        entries, on_device = held.host_tier_entries, held.indexed_hashes
-        assert entries >= 4 and on_device >= 1
+    daemon, held = start_with_a_full_tier(start_daemon, state_dir)
+    entries, on_device = held.host_tier_entries, held.indexed_hashes
+    assert on_device >= 1
     assert daemon.stop() == 0
     path = os.path.join(state_dir, "index")
     index = bytearray(open(path, "rb").read())
