@@ -3,6 +3,10 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/security/server_credentials.h>
+#include <openssl/bio.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -38,6 +42,69 @@ absl::StatusOr<std::string> ReadPem(const std::string& path,
         "--", flag, "=", path, ": not a PEM file (or cannot be read)"));
   }
   return text.str();
+}
+
+// OpenSSL's objects, freed on scope exit.
+struct BioFree {
+  void operator()(BIO* b) const { BIO_free(b); }
+};
+struct X509Free {
+  void operator()(X509* x) const { X509_free(x); }
+};
+struct KeyFree {
+  void operator()(EVP_PKEY* k) const { EVP_PKEY_free(k); }
+};
+
+std::unique_ptr<BIO, BioFree> Bio(const std::string& pem) {
+  return std::unique_ptr<BIO, BioFree>(
+      BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
+}
+
+// The first certificate in `pem`, or null.
+std::unique_ptr<X509, X509Free> FirstCertificate(const std::string& pem) {
+  auto bio = Bio(pem);
+  return std::unique_ptr<X509, X509Free>(
+      bio ? PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr) : nullptr);
+}
+
+// What gRPC would otherwise find only at every handshake, after the daemon
+// said it was listening: the certificate parses, the key parses and is the
+// certificate's, the client CA holds a certificate. Each refusal names the
+// flag and its file.
+absl::Status CheckTlsMaterial(const ServingOptions& options,
+                              const std::string& cert, const std::string& key,
+                              const std::string& client_ca) {
+  auto bad = [](const char* flag, const std::string& path,
+                absl::string_view what) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, "=", path, ": ", what));
+  };
+  std::unique_ptr<X509, X509Free> certificate = FirstCertificate(cert);
+  if (certificate == nullptr) {
+    return bad("tls_cert", options.tls_cert,
+               "holds no PEM certificate (-----BEGIN CERTIFICATE-----)");
+  }
+  auto key_bio = Bio(key);
+  // No passphrase: OpenSSL's default callback would prompt on a terminal.
+  pem_password_cb* no_passphrase = [](char*, int, int, void*) { return 0; };
+  std::unique_ptr<EVP_PKEY, KeyFree> private_key(
+      key_bio ? PEM_read_bio_PrivateKey(key_bio.get(), nullptr, no_passphrase,
+                                        nullptr)
+              : nullptr);
+  if (private_key == nullptr) {
+    return bad("tls_key", options.tls_key,
+               "holds no unencrypted PEM private key");
+  }
+  if (X509_check_private_key(certificate.get(), private_key.get()) != 1) {
+    return bad("tls_key", options.tls_key,
+               absl::StrCat("is not the key of --tls_cert=", options.tls_cert));
+  }
+  if (!options.tls_client_ca.empty() &&
+      FirstCertificate(client_ca) == nullptr) {
+    return bad("tls_client_ca", options.tls_client_ca,
+               "holds no PEM certificate (-----BEGIN CERTIFICATE-----)");
+  }
+  return absl::OkStatus();
 }
 
 // The server's TLS credentials, or null for plaintext. Checks the flags
@@ -79,11 +146,13 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> TlsCredentials(
   grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
   ASSIGN_OR_RETURN(pair.private_key, ReadPem(options.tls_key, "tls_key"));
   ASSIGN_OR_RETURN(pair.cert_chain, ReadPem(options.tls_cert, "tls_cert"));
-  ssl.pem_key_cert_pairs.push_back(std::move(pair));
   if (!options.tls_client_ca.empty()) {
     ASSIGN_OR_RETURN(ssl.pem_root_certs,
                      ReadPem(options.tls_client_ca, "tls_client_ca"));
   }
+  RETURN_IF_ERROR(CheckTlsMaterial(options, pair.cert_chain, pair.private_key,
+                                   ssl.pem_root_certs));
+  ssl.pem_key_cert_pairs.push_back(std::move(pair));
   return grpc::SslServerCredentials(ssl);
 }
 

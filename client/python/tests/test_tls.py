@@ -253,3 +253,41 @@ def test_tls_config_checks_its_arguments(pki, tmp_path):
         statecache.Client.connect("unix:/nonexistent/s.sock", tls=config)
     with pytest.raises(TypeError, match="TlsConfig"):
         statecache.Client.connect("127.0.0.1:1", tls={"ca": "x"})
+
+
+def test_tls_material_the_daemon_cannot_use_exits_2_naming_it(pki, tmp_path):
+    """A certificate or key gRPC cannot use used to be found only at every
+    handshake, after the daemon said it was listening: now it is exit 2 at
+    start, naming the flag and its file."""
+    csr = tmp_path / "server.csr"
+    subprocess.run(["openssl", "req", "-new", "-key", pki.path("server.key"),
+                    "-subj", "/CN=127.0.0.1", "-out", str(csr)],
+                   check=True, capture_output=True, timeout=60)
+    cases = [
+        # A certificate signing request is PEM, not a certificate.
+        (["--tls_cert=%s" % csr, "--tls_key=" + pki.path("server.key")],
+         "--tls_cert=%s: holds no PEM certificate" % csr),
+        # Another certificate's key.
+        (["--tls_cert=" + pki.path("server.pem"),
+          "--tls_key=" + pki.path("eng.key")],
+         "--tls_key=%s: is not the key of --tls_cert=" % pki.path("eng.key")),
+        # The certificate where the key goes.
+        (["--tls_cert=" + pki.path("server.pem"),
+          "--tls_key=" + pki.path("server.pem")],
+         "--tls_key=%s: holds no unencrypted PEM private key"
+         % pki.path("server.pem")),
+        # A key where the client CA goes.
+        (["--tls_cert=" + pki.path("server.pem"),
+          "--tls_key=" + pki.path("server.key"),
+          "--tls_client_ca=" + pki.path("server.key")],
+         "--tls_client_ca=%s: holds no PEM certificate"
+         % pki.path("server.key")),
+    ]
+    for flags, words in cases:
+        done = subprocess.run(
+            [statecached_binary(), "--listen=127.0.0.1:0",
+             "--metrics_address="] + flags,
+            capture_output=True, text=True, timeout=30)
+        assert done.returncode == 2, (flags, done.stderr)
+        assert words in done.stderr, done.stderr
+        assert "listening on" not in done.stderr, done.stderr
