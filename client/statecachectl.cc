@@ -34,6 +34,8 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <mutex>
 #include <optional>
@@ -1185,4 +1187,14 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace statecache
 
-int main(int argc, char** argv) { return statecache::Main(argc, argv); }
+int main(int argc, char** argv) {
+  const int code = statecache::Main(argc, argv);
+  // Out without running static destructors: after a refused TLS handshake
+  // gRPC's threads may still be tearing the attempt down, and destroying
+  // its globals under them crashed the exit now and then (SIGSEGV after
+  // the message was printed). Nothing is left to flush but the streams.
+  std::cout.flush();
+  std::cerr.flush();
+  std::fflush(nullptr);
+  std::_Exit(code);
+}
