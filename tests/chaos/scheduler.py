@@ -115,7 +115,15 @@ class Scheduler:
             try:
                 self.session = self.client.attach(
                     self.args.model_id, BLOCK, client_name=self.args.name)
+                memory = self.session.memory
+                self.tags = (memory.tensor("tag", 0) if memory is not None
+                             else None)
                 break
+            except FileNotFoundError as e:
+                # The daemon that answered Attach was killed right after,
+                # and its successor removed its region: the session went
+                # with it. Attach again.
+                self.forget("its region is gone: %s" % e)
             except (statecache.Unavailable, statecache.DeadlineExceeded):
                 # The daemon is down or restarting: the channel reconnects
                 # by itself; ask again shortly, unless told to stop.
@@ -129,8 +137,6 @@ class Scheduler:
         self.attaches += 1
         if self.args.stream:
             self.stream = self.session.stream()
-        memory = self.session.memory
-        self.tags = memory.tensor("tag", 0) if memory is not None else None
         self.say(event="attached", epoch=self.session.epoch,
                  attach=self.attaches,
                  handle=memory.handle.decode() if memory else None)
