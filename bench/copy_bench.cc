@@ -107,8 +107,7 @@ HostResult RunHostCase(const BenchCase& c, int reps, int threads) {
                   c.layout.padded_piece_bytes(t));
     });
   };
-  std::vector<double> memcpy_s, piece_s, batched1_s, batched_s, zero_s,
-      copy_s;
+  std::vector<double> memcpy_s, piece_s, batched1_s, batched_s, zero_s, copy_s;
   for (int rep = -1; rep < reps; ++rep) {  // rep -1: warm-up
     // A different pair each rep, so a small slot is not left in cache.
     const auto [from, to] = pairs[(rep + 1) % pairs.size()];
@@ -147,8 +146,8 @@ HostResult RunHostCase(const BenchCase& c, int reps, int threads) {
       copy_s.push_back(t_copy);
     }
   }
-  return {Median(memcpy_s),   Median(piece_s), Median(batched1_s),
-          Median(batched_s),  Median(zero_s),  Median(copy_s)};
+  return {Median(memcpy_s),  Median(piece_s), Median(batched1_s),
+          Median(batched_s), Median(zero_s),  Median(copy_s)};
 }
 
 void RunHost(int reps, int threads) {

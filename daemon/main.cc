@@ -276,9 +276,9 @@ absl::StatusOr<StateCacheOptions> OptionsFromFlags() {
       max_slots != 0 ? max_slots
       : memory == 0
           ? kMaxSlots
-          : std::min<int64_t>(kMaxSlots,
-                              static_cast<int64_t>(
-                                  memory / SlotMemory::BookkeepingBytes(1)));
+          : std::min<int64_t>(
+                kMaxSlots,
+                static_cast<int64_t>(memory / SlotMemory::BookkeepingBytes(1)));
 
   absl::StatusOr<TransferKind> kind =
       ParseTransferKind(absl::GetFlag(FLAGS_transfer));

@@ -561,8 +561,8 @@ void WriteResult(v1::PackedResults* out, const Result& r) {
   out->add_codes(0);
   ColumnWriter writer(out);
   Fields(writer, r);
-#define STATECACHE_LATE_FIELD(Message, name)         \
-  if constexpr (std::is_same_v<Result, v1::Message>) { \
+#define STATECACHE_LATE_FIELD(Message, name)              \
+  if constexpr (std::is_same_v<Result, v1::Message>) {    \
     out->add_late_values(static_cast<int64_t>(r.name())); \
   }
   STATECACHE_PACKED_LATE_FIELDS(STATECACHE_LATE_FIELD)
@@ -754,23 +754,23 @@ bool PackedResultReader::ReadResult(Result* out) {
   // A daemon that predates late_values sends none: the fields stay at
   // their defaults.
   if (packed_.late_values_size() == 0) return ok();
-#define STATECACHE_LATE_FIELD(Message, name)                           \
-  if constexpr (std::is_same_v<Result, v1::Message>) {                 \
-    if (ok() && at_.late >= packed_.late_values_size()) {              \
-      error_ = "late_values is too short";                             \
-    } else if (ok()) {                                                 \
-      using T = std::remove_cvref_t<decltype(out->name())>;            \
-      const int64_t v = packed_.late_values(at_.late++);               \
-      if (std::is_same_v<T, bool> && v != 0 && v != 1) {               \
-        error_ = "a bool is not 0 or 1";                               \
-      } else if (std::is_same_v<T, int32_t> &&                         \
-                 (v < std::numeric_limits<int32_t>::min() ||           \
-                  v > std::numeric_limits<int32_t>::max())) {          \
-        error_ = "a value is beyond int32";                            \
-      } else {                                                         \
-        out->set_##name(static_cast<T>(v));                            \
-      }                                                                \
-    }                                                                  \
+#define STATECACHE_LATE_FIELD(Message, name)                  \
+  if constexpr (std::is_same_v<Result, v1::Message>) {        \
+    if (ok() && at_.late >= packed_.late_values_size()) {     \
+      error_ = "late_values is too short";                    \
+    } else if (ok()) {                                        \
+      using T = std::remove_cvref_t<decltype(out->name())>;   \
+      const int64_t v = packed_.late_values(at_.late++);      \
+      if (std::is_same_v<T, bool> && v != 0 && v != 1) {      \
+        error_ = "a bool is not 0 or 1";                      \
+      } else if (std::is_same_v<T, int32_t> &&                \
+                 (v < std::numeric_limits<int32_t>::min() ||  \
+                  v > std::numeric_limits<int32_t>::max())) { \
+        error_ = "a value is beyond int32";                   \
+      } else {                                                \
+        out->set_##name(static_cast<T>(v));                   \
+      }                                                       \
+    }                                                         \
   }
   STATECACHE_PACKED_LATE_FIELDS(STATECACHE_LATE_FIELD)
 #undef STATECACHE_LATE_FIELD

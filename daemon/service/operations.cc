@@ -51,10 +51,9 @@ absl::Span<const int64_t> Hashes(
 // the whole pool past any quota).
 bool WithinQuota(const OperationContext& c, int64_t more) {
   const int64_t quota = c.max_slots_per_session;
-  return quota <= 0 ||
-         c.session.held_slots + static_cast<int64_t>(c.session.pins.size()) +
-                 more <=
-             quota;
+  const int64_t kept =
+      c.session.held_slots + static_cast<int64_t>(c.session.pins.size());
+  return quota <= 0 || kept + more <= quota;
 }
 
 absl::Status CheckQuota(const OperationContext& c, int64_t more,
@@ -138,10 +137,9 @@ absl::Status Admit(OperationContext& c, absl::string_view id,
     // A resume may pin its checkpoint as the fork source, one slot more;
     // asked only when that slot is what the quota lacks.
     if (op.kv_hit_blocks() > 0 && !WithinQuota(c, op.width() + 1)) {
-      absl::StatusOr<SlotMemory::Resumable> resumable =
-          c.memory.ResumableHit(op.num_tokens(), op.kv_hit_blocks(),
-                                Hashes(op.block_hashes()),
-                                /*assume_checkpointed=*/false);
+      absl::StatusOr<SlotMemory::Resumable> resumable = c.memory.ResumableHit(
+          op.num_tokens(), op.kv_hit_blocks(), Hashes(op.block_hashes()),
+          /*assume_checkpointed=*/false);
       if (resumable.ok() && resumable->blocks > 0) {
         RETURN_IF_ERROR(
             CheckQuota(c, op.width() + 1, "admit (resuming: its fork source)"));

@@ -41,8 +41,8 @@ bool PendingShrink::Advance(SlotMemory& memory,
                             Session* passing) {
   const int64_t before = memory.num_slots();
   moved_.clear();
-  SlotMemory::ShrinkProgress progress = memory.ShrinkStep(
-      target_, moved_, [passing](const SlotHolding& holding) {
+  SlotMemory::ShrinkProgress progress =
+      memory.ShrinkStep(target_, moved_, [passing](const SlotHolding& holding) {
         // Every holding the daemon gives SlotMemory is a Request.
         return passing != nullptr &&
                static_cast<const Request&>(holding).session == passing;

@@ -187,9 +187,9 @@ absl::Status StateKeeper::RestoreFrom(const SavedState& saved) {
     } else {
       stats_.set_dropped_unreadable(stats_.dropped_unreadable() +
                                     static_cast<int64_t>(saved.tier.size()));
-      stats_.set_reason(absl::StrCat(
-          stats_.reason(), stats_.reason().empty() ? "" : "; ",
-          "tier entries: ", st.message()));
+      stats_.set_reason(absl::StrCat(stats_.reason(),
+                                     stats_.reason().empty() ? "" : "; ",
+                                     "tier entries: ", st.message()));
       LOG_WARNING("state dir %s: tier entries unreadable: %s", dir_->path(),
                   st.message());
     }

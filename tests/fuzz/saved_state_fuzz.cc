@@ -63,8 +63,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         const absl::StatusOr<uint64_t> offset =
             ImageOffset(c.location, image_bytes, available);
         if (!offset.ok()) {
-          Check(offset.status().code() ==
-                    absl::StatusCode::kFailedPrecondition,
+          Check(offset.status().code() == absl::StatusCode::kFailedPrecondition,
                 "an ImageOffset refusal that is not FAILED_PRECONDITION");
           continue;
         }

@@ -6,9 +6,9 @@
 // live and checkpointed slots; and that the shrink gives memory back.
 #include <sys/stat.h>
 
+#include <chrono>
 #include <cstring>
 #include <fstream>
-#include <chrono>
 #include <future>
 #include <map>
 #include <string>

@@ -642,8 +642,11 @@ TEST(PackedCodecTest, ChecksAcceptWhatTheRuleReads) {
       packed.set_kinds(static_cast<int>(rng() % packed.kinds_size()),
                        static_cast<uint32_t>(rng() % (NumKinds() + 3)));
     }
-    Columns c{packed.request_ids(), packed.request_id_lengths(), packed.args(),
-              packed.hashes(), {}};
+    Columns c{packed.request_ids(),
+              packed.request_id_lengths(),
+              packed.args(),
+              packed.hashes(),
+              {}};
     RuleReader rule(c);
     bool rule_ok = true;
     for (uint32_t kind : packed.kinds()) {
@@ -664,8 +667,11 @@ TEST(PackedCodecTest, ChecksAcceptWhatTheRuleReads) {
     Spoil(rng, results.mutable_request_ids(),
           results.mutable_request_id_lengths(), results.mutable_values(),
           results.mutable_hashes());
-    Columns rc{results.request_ids(), results.request_id_lengths(),
-               results.values(), results.hashes(), {}};
+    Columns rc{results.request_ids(),
+               results.request_id_lengths(),
+               results.values(),
+               results.hashes(),
+               {}};
     RuleReader result_rule(rc);
     bool result_rule_ok = true;
     for (int i = 0; i < pass.kinds.size() && result_rule_ok; ++i) {

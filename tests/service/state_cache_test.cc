@@ -710,15 +710,13 @@ TEST(StateCacheTest, AShrinkNeverMovesAnotherSessionsLiveSlot) {
   for (int i = 0; i < 6; ++i) fill.Admit(absl::StrCat("a", i), 1, 10, {}, 0);
   RunStep(*f.cache, fill);
   RunStep(*f.cache, StepBuilder(b).Admit("low", 1, 10, {}, 0));  // 6
-  auto admitted = RunStep(*f.cache, StepBuilder(b).Admit("r", 1, 300,
-                                                          {11, 12}, 0, 256));
+  auto admitted =
+      RunStep(*f.cache, StepBuilder(b).Admit("r", 1, 300, {11, 12}, 0, 256));
   ASSERT_EQ(admitted.results(0).admit().slots(0), 7);
   RunStep(*f.cache, StepBuilder(b).Release("low"));
-  RunStep(*f.cache, StepBuilder(a)
-                        .Release("a2")
-                        .Release("a3")
-                        .Release("a4")
-                        .Release("a5"));
+  RunStep(
+      *f.cache,
+      StepBuilder(a).Release("a2").Release("a3").Release("a4").Release("a5"));
   absl::Status result = absl::UnknownError("pending");
   v1::ResizeRequest req;
   req.set_target_slots(4);
@@ -877,8 +875,10 @@ TEST(LimitsTest, PinnedForkSourcesCountAgainstTheQuota) {
     }
   }
   // The pin clock gives the quota back.
-  r = RunStep(*f.cache, StepBuilder(s).ConsumeFork("a").BeginPass().BeginPass()
-                            .Checkpoint("a", 100, 2000));
+  r = RunStep(
+      *f.cache,
+      StepBuilder(s).ConsumeFork("a").BeginPass().BeginPass().Checkpoint(
+          "a", 100, 2000));
   EXPECT_EQ(r.results(3).code(), 0) << r.results(3).message();
   EXPECT_TRUE(f.cache->CheckInvariants().ok()) << f.cache->CheckInvariants();
 }
@@ -888,8 +888,12 @@ TEST(LimitsTest, AResumingAdmitCountsItsForkSource) {
   Fixture f = WithLimits(16, 2, 0);
   const std::string s = f.Attach();
   RunStep(*f.cache, StepBuilder(s).Admit("w", 1, 300, {1, 2, 3, 4}, 0, 256));
-  RunStep(*f.cache, StepBuilder(s).Checkpoint("w", 4, 4).ConsumeFork("w")
-                        .Release("w").BeginPass().BeginPass());
+  RunStep(*f.cache, StepBuilder(s)
+                        .Checkpoint("w", 4, 4)
+                        .ConsumeFork("w")
+                        .Release("w")
+                        .BeginPass()
+                        .BeginPass());
   auto r = RunStep(*f.cache,
                    StepBuilder(s).Admit("r", 2, 300, {1, 2, 3, 4}, 4, 256));
   EXPECT_EQ(r.results(0).code(),
