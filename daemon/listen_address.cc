@@ -13,47 +13,26 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "daemon/common/status_macros.h"
+#include "daemon/common/trusted_path.h"
 #include "daemon/service/log.h"
 
 namespace statecache {
 namespace {
 
+// Creates the socket's directory (mode 0700, parents 0755) if it is missing.
 // A directory someone else controls could have our socket replaced under
-// us (a pre-created /tmp/statecache-$UID, say): the socket's directory must
-// belong to this daemon's user (or root), and nobody else may write to it
-// unless it is sticky (then they cannot remove or rename our socket).
-absl::Status CheckSocketDirectoryIsOurs(const std::string& dir,
-                                        const struct stat& st) {
-  const uid_t me = ::geteuid();
-  if (st.st_uid != me && st.st_uid != 0) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        dir, " belongs to uid ", st.st_uid, ", not to this daemon's (", me,
-        "): its owner could replace the socket. Remove it, or --listen "
-        "elsewhere"));
-  }
-  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (st.st_mode & S_ISVTX) == 0) {
-    return absl::PermissionDeniedError(absl::StrFormat(
-        "%s is writable by others (mode %04o) and not sticky: they could "
-        "replace the socket. chmod go-w it, or --listen elsewhere",
-        dir, st.st_mode & 07777));
-  }
-  return absl::OkStatus();
-}
-
-// Creates the socket's directory (mode 0700, parents 0755) if it is missing;
-// an existing one is used only if it is ours (CheckSocketDirectoryIsOurs).
+// us (a pre-created /tmp/statecache-$UID, or one above it renamed and made
+// anew): the socket's directory and every one above it must belong to this
+// daemon's user or root, and nobody else may write them unless they are
+// sticky (then nobody can remove or rename our socket).
 absl::Status PrepareSocketDirectory(const std::string& socket_path) {
   std::string::size_type slash = socket_path.rfind('/');
-  if (slash == std::string::npos || slash == 0) return absl::OkStatus();
-  const std::string dir = socket_path.substr(0, slash);
+  const std::string dir = slash == std::string::npos ? "."
+                          : slash == 0               ? "/"
+                                       : socket_path.substr(0, slash);
+  RETURN_IF_ERROR(CheckAncestorsTrusted("--listen", dir));
   struct stat st;
-  if (::lstat(dir.c_str(), &st) == 0) {
-    if (!S_ISDIR(st.st_mode)) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(dir, " exists and is not a directory"));
-    }
-    return CheckSocketDirectoryIsOurs(dir, st);
-  }
+  if (::stat(dir.c_str(), &st) == 0) return absl::OkStatus();
   // Parents first (mkdir -p), then the socket's own directory private.
   for (std::string::size_type pos = dir.find('/', 1); pos != std::string::npos;
        pos = dir.find('/', pos + 1)) {
@@ -67,7 +46,8 @@ absl::Status PrepareSocketDirectory(const std::string& socket_path) {
     return absl::InternalError(
         absl::StrCat("mkdir ", dir, ": ", std::strerror(errno)));
   }
-  return absl::OkStatus();
+  // In a sticky directory another user could have made one of these first.
+  return CheckAncestorsTrusted("--listen", dir);
 }
 
 // Unlinking an existing socket file before binding would silently steal the

@@ -19,12 +19,14 @@ namespace statecache {
 std::optional<std::string> UnixSocketPath(absl::string_view address);
 
 // Makes `listen` ready to bind. For a Unix socket (`socket_path`, from
-// UnixSocketPath): its directory created if missing, and refused if it
-// belongs to another user or others may write it without the sticky bit;
+// UnixSocketPath): its directory created if missing, and refused if it or
+// any directory above it belongs to another user (not root) or others may
+// write it without the sticky bit (CheckAncestorsTrusted);
 // refused if a live daemon already listens there, and a stale socket file
 // removed. A TCP address that is not loopback is warned about (reachable
 // from other machines).
-// Errors: PERMISSION_DENIED naming the directory's owner or mode;
+// Errors: PERMISSION_DENIED naming the directory's owner or mode (a
+// configuration error: the daemon exits 2);
 // FAILED_PRECONDITION (not a directory, not a socket, a live daemon);
 // INTERNAL (mkdir failed).
 absl::Status PrepareListenAddress(

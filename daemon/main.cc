@@ -12,6 +12,7 @@
 // Exit codes: 0 after a clean shutdown, 1 when the server cannot start,
 // 2 for a bad configuration.
 #include <fcntl.h>
+#include <grp.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <pthread.h>
@@ -58,6 +59,7 @@
 #include "daemon/device/host_device.h"
 #include "daemon/device/layout_file.h"
 #include "daemon/device/layout_presets.h"
+#include "daemon/device/shm_name.h"
 #include "daemon/listen_address.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/service/arena_allocator.h"
@@ -203,10 +205,15 @@ ABSL_FLAG(std::string, device_backend, "host",
           "/ gpu when built with a GPU flavour. GPU regions are reserved for "
           "--max_slots at start and cannot grow past it.");
 ABSL_FLAG(int, device, 0, "GPU ordinal for the hip/cuda backends.");
-ABSL_FLAG(std::string, shm_mode, "0660",
-          "Mode of the host backend's shared-memory object (octal). The "
-          "default opens it to the socket's group, as the socket (0660) is: "
-          "engines join through that group.");
+ABSL_FLAG(std::string, shm_mode, "",
+          "Mode of the host backend's shared-memory object (octal). Default: "
+          "as the socket's door: 0660 when the socket directory lets its "
+          "group in (g+x) or the address is not a Unix socket, else 0600. "
+          "Engines map the state through its group.");
+ABSL_FLAG(std::string, shm_group, "",
+          "Group (name or number) of the host backend's shared-memory "
+          "object. Default: the socket directory's group, so that engines "
+          "in the group the socket is shared with can map the state.");
 ABSL_FLAG(int, copy_threads, 4, "Host backend: threads of the copy engine.");
 ABSL_FLAG(std::string, metrics_address, "127.0.0.1:9400",
           "host:port serving Prometheus metrics at /metrics (port 0 picks "
@@ -252,9 +259,61 @@ absl::Status CheckPoolFits(const char* flag, int64_t slots, uint64_t memory) {
       static_cast<double>(memory) / (1 << 30)));
 }
 
+// Who may map the host backend's region, and whose successor may reclaim
+// it (see shm_name.h).
+struct RegionAccess {
+  mode_t mode = 0660;
+  gid_t group = static_cast<gid_t>(-1);
+  uint64_t keeper = 0;
+};
+
+// --shm_mode and --shm_group, each defaulting to what the socket's
+// directory says: engines reach the socket through its group, so the same
+// group must be able to map the state, and no one else.
+absl::StatusOr<RegionAccess> RegionAccessFromFlags(
+    const std::string& listen, const std::optional<std::string>& socket_path) {
+  RegionAccess access;
+  access.keeper = ShmKeeperKey(listen);
+  struct stat dir {};
+  bool have_dir = false;
+  if (socket_path.has_value()) {
+    const std::string::size_type slash = socket_path->rfind('/');
+    const std::string path = slash == std::string::npos ? "."
+                             : slash == 0               ? "/"
+                                          : socket_path->substr(0, slash);
+    have_dir = ::stat(path.c_str(), &dir) == 0;
+  }
+  if (const std::string mode = absl::GetFlag(FLAGS_shm_mode); !mode.empty()) {
+    unsigned parsed = 0;
+    char trailing = 0;
+    if (std::sscanf(mode.c_str(), "%o%c", &parsed, &trailing) != 1 ||
+        parsed > 0777) {
+      return absl::InvalidArgumentError("--shm_mode must be octal, e.g. 0660");
+    }
+    access.mode = static_cast<mode_t>(parsed);
+  } else if (have_dir) {
+    access.mode = (dir.st_mode & S_IXGRP) != 0 ? 0660 : 0600;
+  }
+  if (const std::string group = absl::GetFlag(FLAGS_shm_group);
+      !group.empty()) {
+    uint32_t gid = 0;
+    if (absl::SimpleAtoi(group, &gid)) {
+      access.group = static_cast<gid_t>(gid);
+    } else if (const struct group* entry = ::getgrnam(group.c_str())) {
+      access.group = entry->gr_gid;
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--shm_group: no group named \"", group, "\""));
+    }
+  } else if (have_dir && dir.st_gid != ::getegid()) {
+    access.group = dir.st_gid;
+  }
+  return access;
+}
+
 // One flag-to-option mapping, read top to bottom; it runs a little over the
 // usual length because each flag's check sits beside its use.
-absl::StatusOr<StateCacheOptions> OptionsFromFlags() {
+absl::StatusOr<StateCacheOptions> OptionsFromFlags(const RegionAccess& access) {
   StateCacheOptions options;
   options.identity.set_model_id(absl::GetFlag(FLAGS_model_id));
   options.identity.set_hash_block_size(absl::GetFlag(FLAGS_hash_block_size));
@@ -365,17 +424,12 @@ absl::StatusOr<StateCacheOptions> OptionsFromFlags() {
     device.epoch = options.epoch;
     device.device = absl::GetFlag(FLAGS_device);
     device.copy_threads = absl::GetFlag(FLAGS_copy_threads);
-    unsigned mode = 0;
-    char trailing = 0;
-    if (std::sscanf(absl::GetFlag(FLAGS_shm_mode).c_str(), "%o%c", &mode,
-                    &trailing) != 1 ||
-        mode > 0777) {
-      return absl::InvalidArgumentError("--shm_mode must be octal, e.g. 0660");
-    }
-    device.shm_mode = static_cast<mode_t>(mode);
+    device.shm_mode = access.mode;
+    device.shm_group = access.group;
     // A warm restart reads the checkpoints out of the region it left.
     device.retain_region =
         !absl::GetFlag(FLAGS_state_dir).empty() && device.backend == "host";
+    device.shm_keeper = access.keeper;
     if (device.backend == "host") {
       absl::StatusOr<std::vector<std::string>> removed =
           HostDevice::CleanupStale(device.shm_prefix);
@@ -572,19 +626,53 @@ ServingOptions ServingOptionsFromFlags(std::string listen) {
   };
 }
 
+// Removes the regions this daemon's predecessors kept for a warm restart
+// that nothing will restore from (a SIGKILL during a shutdown save leaves
+// them), sparing what an index still names. With or without --state_dir:
+// they are this daemon's (the keeper key in their names says so) either way.
+void ReclaimOrphanedRegions(uint64_t keeper_key, const StateKeeper* keeper) {
+  const std::vector<std::string> spare =
+      keeper != nullptr ? keeper->SparedRegions() : std::vector<std::string>{};
+  absl::StatusOr<std::vector<std::string>> removed =
+      ReclaimOrphanedRetainedShm(DeviceOptions{}.shm_prefix, keeper_key, spare);
+  if (!removed.ok()) {
+    LOG_WARNING("looking for orphaned regions: %s",
+                removed.status().ToString());
+    return;
+  }
+  for (const std::string& name : *removed) {
+    LOG_INFO(
+        "removed orphaned region %s (kept for a warm restart by a daemon on "
+        "this address that died before its index named it)",
+        name);
+  }
+}
+
 // The daemon's life in order: configure, listen, serve until a signal,
 // drain, stop. Each step is a named function above; what is left here is
 // their order and the objects they share, which reads best in one place.
 int Serve() {
   log::SetVerbosity(absl::GetFlag(FLAGS_v));
 
-  absl::StatusOr<StateCacheOptions> options = OptionsFromFlags();
+  // The socket's directory first: the region's access follows it.
+  std::string listen = absl::GetFlag(FLAGS_listen);
+  if (listen.empty()) listen = DefaultAddress();
+  const std::optional<std::string> socket_path = UnixSocketPath(listen);
+  if (absl::Status st = PrepareListenAddress(listen, socket_path); !st.ok()) {
+    LOG_ERROR("cannot listen on %s: %s", listen, st.ToString());
+    // A path the daemon must not trust is the operator's to fix.
+    return absl::IsPermissionDenied(st) ? kExitConfigError : kExitServeError;
+  }
+  absl::StatusOr<RegionAccess> access =
+      RegionAccessFromFlags(listen, socket_path);
+  absl::StatusOr<StateCacheOptions> options =
+      access.ok() ? OptionsFromFlags(*access) : access.status();
   if (!options.ok()) {
     LOG_ERROR("bad configuration: %s", options.status().ToString());
     return kExitConfigError;
   }
-  // Opened first: a directory another daemon holds is a configuration
-  // error, found before anything is served.
+  // A directory another daemon holds, or one the daemon must not trust, is
+  // a configuration error, found before anything is served.
   std::unique_ptr<StateDir> state_dir;
   if (const std::string dir = absl::GetFlag(FLAGS_state_dir); !dir.empty()) {
     absl::StatusOr<std::unique_ptr<StateDir>> opened = StateDir::Open(dir);
@@ -593,13 +681,6 @@ int Serve() {
       return kExitConfigError;
     }
     state_dir = *std::move(opened);
-  }
-  std::string listen = absl::GetFlag(FLAGS_listen);
-  if (listen.empty()) listen = DefaultAddress();
-  const std::optional<std::string> socket_path = UnixSocketPath(listen);
-  if (absl::Status st = PrepareListenAddress(listen, socket_path); !st.ok()) {
-    LOG_ERROR("cannot listen on %s: %s", listen, st.ToString());
-    return kExitServeError;
   }
   const sigset_t stop_signals = BlockStopSignals();
 
@@ -625,6 +706,7 @@ int Serve() {
       host->KeepOnExit(true);
     }
   }
+  ReclaimOrphanedRegions(access->keeper, keeper.get());
   SessionEventLog events;
   (*cache)->AddObserver(&events);
   Metrics metrics(cache->get(), Metrics::Options{.version = STATECACHE_VERSION,

@@ -32,6 +32,8 @@ absl::StatusOr<std::unique_ptr<Device>> CreateDevice(
     host.prefix = options.shm_prefix;
     host.retain = options.retain_region;
     host.mode = options.shm_mode;
+    host.group = options.shm_group;
+    host.keeper = options.shm_keeper;
     host.copier.num_threads = options.copy_threads;
     if (options.copy_threads < 1) {
       return absl::InvalidArgumentError(absl::StrCat(

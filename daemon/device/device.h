@@ -159,7 +159,7 @@ class Device {
 };
 
 // How the daemon asks for its region (flags --device_backend, --device,
-// --max_slots, --shm_mode, --copy_threads map onto it).
+// --max_slots, --shm_mode, --shm_group, --copy_threads map onto it).
 struct DeviceOptions {
   // "host", "hip", "cuda", or "gpu" (whichever GPU flavour this build has).
   std::string backend = "host";
@@ -173,8 +173,11 @@ struct DeviceOptions {
   // Host backend.
   std::string shm_prefix = "statecache";
   mode_t shm_mode = 0600;
-  // Keep the region after the daemon (HostDeviceOptions::retain).
+  gid_t shm_group = static_cast<gid_t>(-1);  // -1: the daemon's own
+  // Keep the region after the daemon (HostDeviceOptions::retain), named for
+  // this daemon's successor by `shm_keeper` (ShmKeeperKey).
   bool retain_region = false;
+  uint64_t shm_keeper = 0;
   int copy_threads = 4;
   // GPU backends.
   int device = 0;

@@ -129,7 +129,8 @@ absl::StatusOr<std::unique_ptr<HostDevice>> HostDevice::Create(
                        : slot_major     ? kMaxLayoutSlots
                                         : o.num_slots;
   device->name_ =
-      o.retain ? FormatRetainedShmName(o.prefix, o.epoch, CurrentShmOwner())
+      o.retain ? FormatRetainedShmName(o.prefix, o.epoch, CurrentShmOwner(),
+                                       o.keeper)
                : FormatShmName(o.prefix, o.epoch, CurrentShmOwner());
   device->fd_ = shm_open(device->name_.c_str(),
                          O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, o.mode);
@@ -137,6 +138,12 @@ absl::StatusOr<std::unique_ptr<HostDevice>> HostDevice::Create(
     return ErrnoError(absl::StrCat("shm_open(", device->name_, ")"), errno);
   }
   // The destructor unlinks from here on, whatever fails below.
+  if (o.group != static_cast<gid_t>(-1) &&
+      fchown(device->fd_, static_cast<uid_t>(-1), o.group) != 0) {
+    return ErrnoError(absl::StrCat("giving ", device->name_, " to group ",
+                                   o.group, " (fchown)"),
+                      errno);
+  }
   if (fchmod(device->fd_, o.mode) != 0) {
     return ErrnoError("fchmod", errno);
   }

@@ -55,10 +55,15 @@ struct HostDeviceOptions {
   uint64_t epoch = 0;
   std::string prefix = "statecache";  // see ValidShmPrefix
   mode_t mode = 0600;
+  // The object's group, so that engines in it can map the state (the
+  // socket directory's, by default); -1 leaves the daemon's own.
+  gid_t group = static_cast<gid_t>(-1);
   // Name the object for a warm restart (FormatRetainedShmName), so that
   // once KeepOnExit was called it outlives the HostDevice (a crash keeps it
   // either way) and the daemon's successor reads its checkpoints out of it.
   bool retain = false;
+  // With `retain`: whose successor it waits for (ShmKeeperKey).
+  uint64_t keeper = 0;
   HostCopierOptions copier;
 };
 

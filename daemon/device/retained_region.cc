@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "daemon/common/status_macros.h"
 #include "daemon/common/string_view_compat.h"
 #include "daemon/device/copy_plan.h"
@@ -52,6 +53,22 @@ absl::StatusOr<RetainedRegion> RetainedRegion::Open(std::string_view handle,
   struct stat st;
   if (fstat(region.fd_, &st) != 0) {
     return OsError("fstat", region.handle_, errno);
+  }
+  // Trusted only as the region its own predecessor left: one another user
+  // made (or may write) could hold anything.
+  if (st.st_uid != geteuid() || (st.st_mode & S_IWOTH) != 0) {
+    return absl::PermissionDeniedError(absl::StrFormat(
+        "%s belongs to uid %d (mode %04o), not to this daemon's user (uid "
+        "%d) alone: not restoring from it, leaving it alone",
+        region.handle_, st.st_uid, st.st_mode & 07777, geteuid()));
+  }
+  // Its name records its maker; the lock above says no daemon holds it,
+  // the record that its maker is gone (or is this process).
+  const ShmOwner maker = ParseRetainedShmName(handle, prefix)->name.owner;
+  if (ShmOwnerAlive(maker) && !(maker == CurrentShmOwner())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(region.handle_, " was made by pid ", maker.pid,
+                     ", which is still running: not restoring from it"));
   }
   region.size_ = static_cast<uint64_t>(st.st_size);
   if (region.size_ < region_bytes) {

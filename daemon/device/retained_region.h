@@ -4,8 +4,10 @@
 //
 // The handle comes from the state directory, which is not trusted: Open
 // accepts only a retained name of the daemon's own prefix, whose owner lock
-// is free (no live daemon holds it), and which is at least as long as the
-// region said; every read is checked against the mapping's bounds.
+// is free (no live daemon holds it), whose maker (the owner its name
+// records) is dead, which the daemon's user owns and others cannot write,
+// and which is at least as long as the region said; every read is checked
+// against the mapping's bounds. A region refused is left as it is.
 //
 // Thread-safety: thread-compatible.
 #ifndef STATECACHE_DAEMON_DEVICE_RETAINED_REGION_H_
@@ -27,8 +29,9 @@ class RetainedRegion {
   // Maps `handle` read-only and takes its owner lock.
   // Errors: INVALID_ARGUMENT not a retained name of `prefix`; NOT_FOUND the
   //   object is gone (a reboot, an operator); FAILED_PRECONDITION a live
-  //   daemon holds it, or it is shorter than `region_bytes`; INTERNAL for
-  //   other failures.
+  //   daemon holds it, its maker still runs, or it is shorter than
+  //   `region_bytes`; PERMISSION_DENIED another user's, or writable by
+  //   others; INTERNAL for other failures.
   static absl::StatusOr<RetainedRegion> Open(std::string_view handle,
                                              std::string_view prefix,
                                              uint64_t region_bytes);

@@ -11,12 +11,14 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "daemon/common/checksum.h"
 #include "daemon/common/string_view_compat.h"
 
 namespace statecache {
@@ -94,20 +96,48 @@ std::string FormatShmName(std::string_view prefix, uint64_t epoch,
 
 namespace {
 constexpr std::string_view kRetainedSuffix = "-kept";
+constexpr size_t kKeeperDigits = 16;
 }  // namespace
 
 std::string FormatRetainedShmName(std::string_view prefix, uint64_t epoch,
-                                  const ShmOwner& owner) {
-  return absl::StrCat(FormatShmName(prefix, epoch, owner), Av(kRetainedSuffix));
+                                  const ShmOwner& owner, uint64_t keeper) {
+  return absl::StrCat(FormatShmName(prefix, epoch, owner), "-k",
+                      absl::Hex(keeper, absl::kZeroPad16), Av(kRetainedSuffix));
+}
+
+std::optional<RetainedShmName> ParseRetainedShmName(std::string_view name,
+                                                    std::string_view prefix) {
+  if (!ValidShmPrefix(prefix) || name.size() <= kRetainedSuffix.size() ||
+      name.substr(name.size() - kRetainedSuffix.size()) != kRetainedSuffix) {
+    return std::nullopt;
+  }
+  name.remove_suffix(kRetainedSuffix.size());
+  RetainedShmName parsed;
+  const size_t dash = name.rfind('-');
+  if (dash != std::string_view::npos && name.size() - dash > 1 &&
+      name[dash + 1] == 'k') {
+    const std::string_view hex = name.substr(dash + 2);
+    uint64_t keeper = 0;
+    if (hex.size() != kKeeperDigits ||
+        hex.find_first_not_of("0123456789abcdef") != std::string_view::npos ||
+        !absl::SimpleHexAtoi(Av(hex), &keeper)) {
+      return std::nullopt;
+    }
+    parsed.keeper = keeper;
+    name = name.substr(0, dash);
+  }
+  std::optional<ShmName> owner = ParseShmName(name, prefix);
+  if (!owner.has_value()) return std::nullopt;
+  parsed.name = *owner;
+  return parsed;
 }
 
 bool IsRetainedShmName(std::string_view name, std::string_view prefix) {
-  if (name.size() <= kRetainedSuffix.size() ||
-      name.substr(name.size() - kRetainedSuffix.size()) != kRetainedSuffix) {
-    return false;
-  }
-  name.remove_suffix(kRetainedSuffix.size());
-  return ValidShmPrefix(prefix) && ParseShmName(name, prefix).has_value();
+  return ParseRetainedShmName(name, prefix).has_value();
+}
+
+uint64_t ShmKeeperKey(std::string_view identity) {
+  return Checksum(identity.data(), identity.size());
 }
 
 std::optional<ShmName> ParseShmName(std::string_view name,
@@ -138,8 +168,14 @@ std::optional<ShmName> ParseShmName(std::string_view name,
   return parsed;
 }
 
-absl::StatusOr<std::vector<std::string>> CleanupStaleShm(
-    std::string_view prefix, const std::string& shm_dir) {
+namespace {
+
+// Unlinks each object under `shm_dir` for which `dead` says its owner is
+// dead (given its name), when its owner's lock is free too: the pid may
+// name a process of another pid namespace, and the lock decides.
+absl::StatusOr<std::vector<std::string>> RemoveObjectsOfDeadOwners(
+    std::string_view prefix, const std::string& shm_dir,
+    const std::function<bool(const std::string&)>& dead) {
   if (!ValidShmPrefix(prefix)) {
     return absl::InvalidArgumentError(
         absl::StrCat("bad shared-memory prefix \"", Av(prefix), "\""));
@@ -152,11 +188,7 @@ absl::StatusOr<std::vector<std::string>> CleanupStaleShm(
   std::vector<std::string> removed;
   while (const dirent* entry = readdir(dir)) {
     const std::string name = entry->d_name;
-    const std::optional<ShmName> parsed = ParseShmName(name, prefix);
-    if (!parsed.has_value() || ShmOwnerAlive(parsed->owner)) continue;
-    // The pid may name a process of another pid namespace: the owner's
-    // lock decides.
-    if (HeldByItsOwner(shm_dir + "/" + name)) continue;
+    if (!dead(name) || HeldByItsOwner(shm_dir + "/" + name)) continue;
     // shm_unlink resolves names under /dev/shm; a test directory elsewhere
     // is cleaned with unlink.
     const int rc = shm_dir == "/dev/shm"
@@ -166,6 +198,36 @@ absl::StatusOr<std::vector<std::string>> CleanupStaleShm(
   }
   closedir(dir);
   return removed;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::string>> CleanupStaleShm(
+    std::string_view prefix, const std::string& shm_dir) {
+  return RemoveObjectsOfDeadOwners(
+      prefix, shm_dir, [prefix](const std::string& name) {
+        const std::optional<ShmName> parsed = ParseShmName(name, prefix);
+        return parsed.has_value() && !ShmOwnerAlive(parsed->owner);
+      });
+}
+
+absl::StatusOr<std::vector<std::string>> ReclaimOrphanedRetainedShm(
+    std::string_view prefix, uint64_t keeper,
+    const std::vector<std::string>& spare, const std::string& shm_dir) {
+  return RemoveObjectsOfDeadOwners(
+      prefix, shm_dir, [&](const std::string& name) {
+        const std::optional<RetainedShmName> parsed =
+            ParseRetainedShmName(name, prefix);
+        if (!parsed.has_value() || parsed->keeper != keeper ||
+            ShmOwnerAlive(parsed->name.owner)) {
+          return false;
+        }
+        for (std::string_view kept : spare) {
+          if (!kept.empty() && kept.front() == '/') kept.remove_prefix(1);
+          if (kept == name) return false;
+        }
+        return true;
+      });
 }
 
 }  // namespace statecache

@@ -10,7 +10,8 @@
 // holds an exclusive flock on its object while it runs (pids mean nothing
 // across pid namespaces that share /dev/shm; the lock does).
 //
-// Thread-safe: pure functions, plus CleanupStaleShm's directory scan.
+// Thread-safe: pure functions, plus the directory scans of CleanupStaleShm
+// and ReclaimOrphanedRetainedShm.
 #ifndef STATECACHE_DAEMON_DEVICE_SHM_NAME_H_
 #define STATECACHE_DAEMON_DEVICE_SHM_NAME_H_
 
@@ -52,14 +53,32 @@ std::string FormatShmName(std::string_view prefix, uint64_t epoch,
                           const ShmOwner& owner);
 
 // The name of a region kept for a warm restart (HostDeviceOptions::retain):
-// FormatShmName's with "-kept" appended, which ParseShmName does not accept,
-// so no daemon's stale-object cleanup removes it after its owner dies; the
-// daemon that restores from it removes it.
+// FormatShmName's with "-k<keeper>-kept" appended (`keeper` as 16 hex
+// digits), which ParseShmName does not accept, so no daemon's stale-object
+// cleanup removes it after its owner dies; the daemon that restores from it
+// removes it. The keeper key (ShmKeeperKey) says which daemon's successor
+// the region waits for: ReclaimOrphanedRetainedShm removes only the orphans
+// of its own daemon, never a region another daemon on the node (another
+// GPU's, mid-restart) still needs.
 std::string FormatRetainedShmName(std::string_view prefix, uint64_t epoch,
-                                  const ShmOwner& owner);
-// True if `name` (with or without the leading '/') is exactly
-// FormatRetainedShmName(prefix, ...) for some epoch and owner.
+                                  const ShmOwner& owner, uint64_t keeper = 0);
+
+struct RetainedShmName {
+  ShmName name;
+  // Absent in the names of daemons that predate keeper keys.
+  std::optional<uint64_t> keeper;
+};
+// Parses a name with or without the leading '/'; nullopt unless it is
+// exactly FormatRetainedShmName(prefix, ...) for some epoch, owner and
+// keeper, or the older form without the keeper ("...-<start>-kept").
+std::optional<RetainedShmName> ParseRetainedShmName(std::string_view name,
+                                                    std::string_view prefix);
+// ParseRetainedShmName(name, prefix).has_value().
 bool IsRetainedShmName(std::string_view name, std::string_view prefix);
+
+// The keeper key of a daemon: a stable hash of what makes it the same
+// daemon across restarts (its listen address and device, say).
+uint64_t ShmKeeperKey(std::string_view identity);
 
 // Parses a name with or without the leading '/'; nullopt unless it is
 // exactly FormatShmName(prefix, ...) for some epoch and owner.
@@ -74,6 +93,19 @@ std::optional<ShmName> ParseShmName(std::string_view name,
 // read. An object that vanishes meanwhile is not an error.
 absl::StatusOr<std::vector<std::string>> CleanupStaleShm(
     std::string_view prefix, const std::string& shm_dir = "/dev/shm");
+
+// Unlinks every retained object under `shm_dir` of `prefix` and `keeper`
+// (this daemon's own) that no daemon will restore from: its owner, by the
+// name's record (pid and start time), is dead and its owner lock is free,
+// the daemon's user owns it, and it is not one of `spare` (names with or
+// without the leading '/': what an index still names). A SIGKILL during a
+// shutdown save leaves such regions, and nothing else would ever remove
+// them. Returns the names removed (without the leading '/').
+// Errors: as CleanupStaleShm's.
+absl::StatusOr<std::vector<std::string>> ReclaimOrphanedRetainedShm(
+    std::string_view prefix, uint64_t keeper,
+    const std::vector<std::string>& spare,
+    const std::string& shm_dir = "/dev/shm");
 
 }  // namespace statecache
 

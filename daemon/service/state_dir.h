@@ -16,6 +16,15 @@
 // Names in the index are not trusted: files are opened only by names of
 // the form ValidImagesName accepts, inside the directory.
 //
+// Nor is the directory taken on faith (daemon/common/trusted_path.h): every
+// directory above it must be root's or the daemon's user's and closed to
+// others' writes (sticky excepted), it must be the daemon's own and
+// writable by nobody else, and each of the daemon's files in it a regular
+// file of the daemon's user that nobody else may write. Files are reached
+// through the directory's descriptor, never followed through a symlink
+// (O_NOFOLLOW), and temporaries are created afresh (O_EXCL), so nothing
+// planted in the directory is written through.
+//
 // Thread-safety: thread-compatible (the daemon writes from one thread at a
 // time: its maintenance thread, then its shutdown).
 #ifndef STATECACHE_DAEMON_SERVICE_STATE_DIR_H_
@@ -55,10 +64,12 @@ bool ValidImagesName(std::string_view name);
 
 class StateDir {
  public:
-  // Creates `path` (mode 0700) when missing and takes its lock.
-  // Errors: FAILED_PRECONDITION another daemon holds the lock;
-  //   INVALID_ARGUMENT an empty path or not a directory; PERMISSION_DENIED /
-  //   INTERNAL from the system calls.
+  // Checks `path` and its ancestors, creates it (mode 0700) when missing,
+  // checks the daemon's files in it, and takes its lock.
+  // Errors: FAILED_PRECONDITION another daemon holds the lock, or `path`
+  //   is not a directory; INVALID_ARGUMENT an empty path; PERMISSION_DENIED
+  //   a directory or file on it that the checks above refuse (the message
+  //   names it and what is wrong); INTERNAL from the system calls.
   static absl::StatusOr<std::unique_ptr<StateDir>> Open(std::string path);
   ~StateDir();  // releases the lock
 
@@ -67,6 +78,8 @@ class StateDir {
   // Errors: NOT_FOUND there is no index (a first start); DATA_LOSS a torn or
   //   corrupt one (DecodeSavedState's message); INTERNAL unreadable.
   absl::StatusOr<SavedState> ReadIndex() const;
+  // The same for index.rejected.
+  absl::StatusOr<SavedState> ReadRejectedIndex() const;
   // Replaces the index atomically (see above).
   absl::Status WriteIndex(const SavedState& state);
   // Renames the index to index.rejected (replacing an older one), so a
@@ -84,15 +97,20 @@ class StateDir {
   absl::Status RemoveImages(std::string_view name);
 
  private:
-  StateDir(std::string path, int lock_fd)
-      : path_(std::move(path)), lock_fd_(lock_fd) {}
+  StateDir(std::string path, int dir_fd, int lock_fd)
+      : path_(std::move(path)), dir_fd_(dir_fd), lock_fd_(lock_fd) {}
   std::string PathOf(std::string_view name) const;
+  absl::StatusOr<SavedState> ReadSavedState(std::string_view name) const;
+  // Opens `name` in the directory for reading, refusing a symlink or a
+  // file CheckOwnFile refuses. Returns the descriptor.
+  absl::StatusOr<int> OpenForReading(std::string_view name) const;
   // Writes `name` through name.tmp, fsync and rename, then fsyncs the
   // directory.
   absl::Status WriteAtomically(std::string_view name, const char* data,
                                uint64_t size);
 
   const std::string path_;
+  const int dir_fd_;  // every file is reached through it
   const int lock_fd_;
 };
 

@@ -221,6 +221,17 @@ absl::Status StateKeeper::RestoreFrom(const SavedState& saved) {
   return absl::OkStatus();
 }
 
+std::vector<std::string> StateKeeper::SparedRegions() const {
+  std::vector<std::string> spared;
+  for (const absl::StatusOr<SavedState>& saved :
+       {dir_->ReadIndex(), dir_->ReadRejectedIndex()}) {
+    if (saved.ok() && !saved->region.handle.empty()) {
+      spared.push_back(saved->region.handle);
+    }
+  }
+  return spared;
+}
+
 absl::StatusOr<SavedState> StateKeeper::Compose() {
   ASSIGN_OR_RETURN(StateCache::Checkpoints now, cache_->SaveCheckpoints());
   SavedState state;

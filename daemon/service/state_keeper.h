@@ -65,6 +65,12 @@ class StateKeeper {
   // region need not outlive the process. REQUIRES: no Step runs any more.
   absl::Status SaveForShutdown();
 
+  // The retained regions a later start may still restore from, which a
+  // reclaim of orphans (ReclaimOrphanedRetainedShm) must spare: the one
+  // index.rejected names (restarted with the right flags, an operator can
+  // move it back) and the one the index names.
+  std::vector<std::string> SparedRegions() const;
+
  private:
   // Restore's steps; each returns the reason it could not go on.
   absl::Status RestoreFrom(const SavedState& saved);

@@ -7,6 +7,7 @@
 #include "daemon/device/retained_region.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -14,10 +15,12 @@
 
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/common/checksum.h"
 #include "daemon/device/host_device.h"
@@ -53,11 +56,24 @@ struct Unlinker {
 
 TEST(RetainedShmNameTest, FormatsAndRecognisesRetainedNames) {
   const ShmOwner owner = {4321, 8765};
-  const std::string kept = FormatRetainedShmName("statecache", 9, owner);
-  EXPECT_EQ(kept, FormatShmName("statecache", 9, owner) + "-kept");
-  EXPECT_EQ(kept, "/statecache-9-4321-8765-kept");
+  const std::string kept =
+      FormatRetainedShmName("statecache", 9, owner, 0xab12);
+  EXPECT_EQ(kept,
+            FormatShmName("statecache", 9, owner) + "-k000000000000ab12-kept");
+  EXPECT_EQ(kept, "/statecache-9-4321-8765-k000000000000ab12-kept");
   EXPECT_TRUE(IsRetainedShmName(kept, "statecache"));
   EXPECT_TRUE(IsRetainedShmName(kept.substr(1), "statecache"));
+  std::optional<RetainedShmName> parsed =
+      ParseRetainedShmName(kept, "statecache");
+  ASSERT_TRUE(parsed.has_value());
+  EXPECT_EQ(parsed->name.epoch, 9u);
+  EXPECT_EQ(parsed->name.owner, owner);
+  EXPECT_EQ(parsed->keeper, std::optional<uint64_t>(0xab12));
+  // The form daemons made before keeper keys still parses, keeper unknown.
+  parsed = ParseRetainedShmName("/statecache-9-4321-8765-kept", "statecache");
+  ASSERT_TRUE(parsed.has_value());
+  EXPECT_EQ(parsed->name.owner, owner);
+  EXPECT_FALSE(parsed->keeper.has_value());
   // Only the name as formatted, of this prefix.
   for (const std::string& bad : std::vector<std::string>{
            FormatShmName("statecache", 9, owner),  // not retained
@@ -65,7 +81,12 @@ TEST(RetainedShmNameTest, FormatsAndRecognisesRetainedNames) {
            "/statecache-9-4321-8765-kep", "/statecache-9-4321-8765kept",
            "/statecache-x-4321-8765-kept", "/statecache-9-0-8765-kept", "-kept",
            "kept", "", "/other-9-4321-8765-kept",
-           "/statecachex-9-4321-8765-kept"}) {
+           "/statecachex-9-4321-8765-kept",
+           "/statecache-9-4321-8765-k00000000000000ab-k000000000000ab12-kept",
+           "/statecache-9-4321-8765-k000000000000AB12-kept",
+           "/statecache-9-4321-8765-k00000000000ab12-kept",
+           "/statecache-9-4321-8765-k-kept", "/statecache-9-4321-k12-kept",
+           "/statecache-9-4321-8765-x000000000000ab12-kept"}) {
     EXPECT_FALSE(IsRetainedShmName(bad, "statecache")) << bad;
   }
   EXPECT_FALSE(IsRetainedShmName(kept, "other"));
@@ -107,6 +128,63 @@ TEST(RetainedShmNameTest, StaleCleanupLeavesARetainedObjectOfADeadOwner) {
   ASSERT_TRUE(removed.ok());
   EXPECT_TRUE(removed->empty());
   EXPECT_TRUE(ShmExists(kept));
+}
+
+// Issue 30: a SIGKILL during the shutdown save left -kept regions that no
+// later start removed. A daemon reclaims those of its own keeper whose
+// maker is dead, and nothing else.
+TEST(RetainedShmNameTest, ReclaimTakesOnlyThisKeepersOrphans) {
+  const std::string prefix = absl::StrCat("screclaim", getpid());
+  const uint64_t mine = ShmKeeperKey("unix:/run/a.sock");
+  const uint64_t theirs = ShmKeeperKey("unix:/run/b.sock");
+  ASSERT_NE(mine, theirs);
+  const ShmOwner dead = {DeadPid(), 5};
+  const auto bare = [&](uint64_t epoch, const ShmOwner& owner,
+                        uint64_t keeper) {
+    return FormatRetainedShmName(prefix, epoch, owner, keeper).substr(1);
+  };
+  const std::string orphan = bare(1, dead, mine);
+  const std::string another_daemons = bare(2, dead, theirs);
+  const std::string makers_alive = bare(3, CurrentShmOwner(), mine);
+  const std::string spared = bare(4, dead, mine);
+  const std::string before_keepers =
+      FormatShmName(prefix, 5, dead).substr(1) + "-kept";
+  const std::string locked = bare(6, dead, mine);
+  std::vector<std::unique_ptr<Unlinker>> cleanup;
+  for (const std::string& name : {orphan, another_daemons, makers_alive, spared,
+                                  before_keepers, locked}) {
+    MakeShmObject(name);
+    cleanup.push_back(std::make_unique<Unlinker>());
+    cleanup.back()->name = "/" + name;
+  }
+  // A live holder of the owner lock, whatever the name says.
+  const int lock_fd = shm_open(("/" + locked).c_str(), O_RDONLY, 0);
+  ASSERT_GE(lock_fd, 0);
+  ASSERT_EQ(flock(lock_fd, LOCK_EX | LOCK_NB), 0);
+
+  absl::StatusOr<std::vector<std::string>> removed =
+      ReclaimOrphanedRetainedShm(prefix, mine, {"/" + spared});
+  ASSERT_TRUE(removed.ok()) << removed.status();
+  EXPECT_THAT(*removed, UnorderedElementsAre(orphan));
+  EXPECT_FALSE(ShmExists(orphan));
+  for (const std::string& name :
+       {another_daemons, makers_alive, spared, before_keepers, locked}) {
+    EXPECT_TRUE(ShmExists(name)) << name;
+  }
+  close(lock_fd);
+  if (geteuid() == 0) {
+    // Another user's object is never the daemon's to remove.
+    const std::string foreign = bare(7, dead, mine);
+    MakeShmObject(foreign);
+    cleanup.push_back(std::make_unique<Unlinker>());
+    cleanup.back()->name = "/" + foreign;
+    ASSERT_EQ(chown(("/dev/shm/" + foreign).c_str(), 65534, 65534), 0);
+    removed = ReclaimOrphanedRetainedShm(prefix, mine, {});
+    ASSERT_TRUE(removed.ok()) << removed.status();
+    // Unlocked and no longer spared, those two go; the foreign one stays.
+    EXPECT_THAT(*removed, UnorderedElementsAre(locked, spared));
+    EXPECT_TRUE(ShmExists(foreign));
+  }
 }
 
 // Padding in two of three pieces (120 -> 128, 14 -> 16), three layers.
@@ -251,6 +329,44 @@ TEST_P(RetainedRegionTest, OpensOnlyARetainedNameWhoseOwnerIsGone) {
   // Gone: NOT_FOUND.
   EXPECT_EQ(RetainedRegion::Open(name, kPrefix, 0).status().code(),
             absl::StatusCode::kNotFound);
+}
+
+// Issue 30: a root daemon restored from a -kept region another user made,
+// served its bytes, then deleted it. Only the daemon's user's region, whose
+// maker is dead, is trusted; a refused one is left as it is.
+TEST_P(RetainedRegionTest, TrustsOnlyItsOwnUsersRegionOfADeadMaker) {
+  // Made by a process that is running (pid 1, at its real start time).
+  const ShmOwner init = {1, 0};
+  ASSERT_TRUE(ShmOwnerAlive(init));
+  const std::string live_maker =
+      FormatRetainedShmName(kPrefix, NextEpoch(), init, 7);
+  MakeShmObject(live_maker.substr(1));
+  Unlinker unlink_live{live_maker};
+  absl::StatusOr<RetainedRegion> opened =
+      RetainedRegion::Open(live_maker, kPrefix, 0);
+  EXPECT_EQ(opened.status().code(), absl::StatusCode::kFailedPrecondition)
+      << opened.status();
+  EXPECT_TRUE(ShmExists(live_maker));
+
+  const ShmOwner dead = {DeadPid(), 5};
+  const std::string kept = FormatRetainedShmName(kPrefix, NextEpoch(), dead, 7);
+  MakeShmObject(kept.substr(1));
+  Unlinker unlink_kept{kept};
+  ASSERT_TRUE(RetainedRegion::Open(kept, kPrefix, 0).ok());
+  // Writable by anyone: refused.
+  ASSERT_EQ(chmod(("/dev/shm" + kept).c_str(), 0666), 0);
+  opened = RetainedRegion::Open(kept, kPrefix, 0);
+  EXPECT_EQ(opened.status().code(), absl::StatusCode::kPermissionDenied)
+      << opened.status();
+  ASSERT_EQ(chmod(("/dev/shm" + kept).c_str(), 0660), 0);
+  if (geteuid() != 0) return;  // giving it to another user needs root
+  ASSERT_EQ(chown(("/dev/shm" + kept).c_str(), 65534, 65534), 0);
+  opened = RetainedRegion::Open(kept, kPrefix, 0);
+  EXPECT_EQ(opened.status().code(), absl::StatusCode::kPermissionDenied)
+      << opened.status();
+  EXPECT_TRUE(absl::StrContains(opened.status().message(), "uid 65534"))
+      << opened.status();
+  EXPECT_TRUE(ShmExists(kept));
 }
 
 TEST_P(RetainedRegionTest, ReadsTheImagesTheDevicesSlotsHeld) {

@@ -2,11 +2,14 @@
 // meets them: a flag it does not know, or a value its flag cannot parse, is
 // a configuration error (exit 2, one line naming the flag) before anything
 // starts; --help lists the daemon's flags under its own name, not the path
-// of the tree it was built in; a socket directory another user controls is
-// refused (exit 1) rather than served from.
+// of the tree it was built in; a socket directory or state directory
+// another user controls, or any directory above them, is refused (exit 2,
+// naming it) rather than served from.
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -93,7 +96,7 @@ TEST(StartupTest, ASocketDirectoryOthersCanWriteIsRefused) {
   const std::string listen = "--listen=unix:" + dir->path() + "/s.sock";
   ASSERT_EQ(::chmod(dir->path().c_str(), 0777), 0);
   CommandResult r = RunDaemon({listen, "--metrics_address="});
-  EXPECT_EQ(r.exit.code, 1) << r.err;
+  EXPECT_EQ(r.exit.code, 2) << r.err;
   EXPECT_TRUE(absl::StrContains(r.err, "writable by others")) << r.err;
   EXPECT_TRUE(absl::StrContains(r.err, dir->path())) << r.err;
   if (::geteuid() == 0) {
@@ -101,7 +104,7 @@ TEST(StartupTest, ASocketDirectoryOthersCanWriteIsRefused) {
     ASSERT_EQ(::chmod(dir->path().c_str(), 0700), 0);
     ASSERT_EQ(::chown(dir->path().c_str(), 65534, 65534), 0);
     r = RunDaemon({listen, "--metrics_address="});
-    EXPECT_EQ(r.exit.code, 1) << r.err;
+    EXPECT_EQ(r.exit.code, 2) << r.err;
     EXPECT_TRUE(absl::StrContains(r.err, "belongs to uid 65534")) << r.err;
     ASSERT_EQ(::chown(dir->path().c_str(), 0, 0), 0);
   }
@@ -110,6 +113,61 @@ TEST(StartupTest, ASocketDirectoryOthersCanWriteIsRefused) {
   absl::StatusOr<std::unique_ptr<DaemonProcess>> daemon =
       DaemonProcess::Start({}, dir->path());
   EXPECT_TRUE(daemon.ok()) << daemon.status();
+}
+
+// Issue 30: with --listen=unix:np/run/sc.sock where np was another user's,
+// the daemon made run and served; that user renamed run, made a new one and
+// listened on the same path. Every directory above the socket is checked.
+TEST(StartupTest, ASocketUnderAnotherUsersDirectoryIsRefused) {
+  if (::geteuid() != 0) GTEST_SKIP() << "giving a directory away needs root";
+  absl::StatusOr<TempDir> dir = TempDir::Create();
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  const std::string theirs = dir->path() + "/np";
+  ASSERT_EQ(::mkdir(theirs.c_str(), 0755), 0);
+  ASSERT_EQ(::chown(theirs.c_str(), 65534, 65534), 0);
+  const CommandResult r = RunDaemon(
+      {"--listen=unix:" + theirs + "/run/sc.sock", "--metrics_address="});
+  EXPECT_EQ(r.exit.code, 2) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.err, theirs + " belongs to uid 65534"))
+      << r.err;
+  struct stat st;
+  EXPECT_NE(::stat((theirs + "/run").c_str(), &st), 0);  // nothing made
+}
+
+// Issue 30: with --state_dir mode 0777, another user planted index.tmp and
+// lock as symlinks; a root daemon started without a warning and wrote
+// through both.
+TEST(StartupTest, AStateDirectoryOthersCanWriteIsRefused) {
+  absl::StatusOr<TempDir> dir = TempDir::Create();
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  const std::string state = dir->path() + "/state";
+  const std::string victim = dir->path() + "/victim";
+  ASSERT_EQ(::mkdir(state.c_str(), 0777), 0);
+  ASSERT_EQ(::chmod(state.c_str(), 0777), 0);
+  { std::ofstream(victim) << "precious"; }
+  ASSERT_EQ(::symlink(victim.c_str(), (state + "/index.tmp").c_str()), 0);
+  ASSERT_EQ(
+      ::symlink((dir->path() + "/planted").c_str(), (state + "/lock").c_str()),
+      0);
+  const std::string layout = dir->path() + "/layout.json";
+  {
+    std::ofstream(layout) << R"({"name": "tiny", "num_layers": 1, "tensors":
+        [{"name": "ssm", "dtype": "f32", "shape": [4]}]})";
+  }
+  const CommandResult r =
+      RunDaemon({"--listen=unix:" + dir->path() + "/s.sock",
+                 "--metrics_address=", "--state_dir=" + state,
+                 "--layout=" + layout, "--num_slots=4"});
+  EXPECT_EQ(r.exit.code, 2) << r.err;
+  EXPECT_TRUE(absl::StrContains(
+      r.err, "--state_dir: directory " + state + " is writable by others"))
+      << r.err;
+  std::ifstream in(victim);
+  std::string kept((std::istreambuf_iterator<char>(in)),
+                   std::istreambuf_iterator<char>());
+  EXPECT_EQ(kept, "precious");
+  struct stat st;
+  EXPECT_NE(::stat((dir->path() + "/planted").c_str(), &st), 0);
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 
 namespace statecache {
@@ -110,8 +111,123 @@ TEST(StateDirTest, BadPathsAreInvalidArguments) {
             absl::StatusCode::kInvalidArgument);
   std::ofstream(tmp / "file") << "not a directory";
   EXPECT_EQ(StateDir::Open(tmp / "file").status().code(),
-            absl::StatusCode::kInvalidArgument);
+            absl::StatusCode::kFailedPrecondition);
   EXPECT_FALSE(StateDir::Open(tmp / "missing/deeper").ok());
+}
+
+// Issue 30: with the directory mode 0777, another user planted index.tmp
+// and lock as symlinks, and a root daemon wrote through both.
+TEST(StateDirTest, PlantedFilesAreRefusedAndNeverWrittenThrough) {
+  TempDir tmp;
+  const std::string state = tmp / "state";
+  ASSERT_EQ(mkdir(state.c_str(), 0700), 0);
+  ASSERT_EQ(chmod(state.c_str(), 0777), 0);
+  std::ofstream(tmp / "victim") << "precious";
+  ASSERT_EQ(symlink((tmp / "victim").c_str(), (state + "/index.tmp").c_str()),
+            0);
+  ASSERT_EQ(symlink((tmp / "planted").c_str(), (state + "/lock").c_str()), 0);
+  absl::StatusOr<std::unique_ptr<StateDir>> opened = StateDir::Open(state);
+  EXPECT_EQ(opened.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(absl::StrContains(opened.status().message(), state));
+  EXPECT_TRUE(absl::StrContains(opened.status().message(),
+                                "writable by others (mode 0777)"))
+      << opened.status();
+  // Closed to others, what was planted is still refused, by name.
+  ASSERT_EQ(chmod(state.c_str(), 0700), 0);
+  opened = StateDir::Open(state);
+  EXPECT_EQ(opened.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(absl::StrContains(opened.status().message(), "is a symlink"))
+      << opened.status();
+  EXPECT_EQ(ReadAll(tmp / "victim"), "precious");
+  EXPECT_FALSE(fs::exists(tmp / "planted"));
+  // A file others may write is as good as theirs.
+  ASSERT_EQ(unlink((state + "/index.tmp").c_str()), 0);
+  ASSERT_EQ(unlink((state + "/lock").c_str()), 0);
+  std::ofstream(state + "/index") << "theirs";
+  ASSERT_EQ(chmod((state + "/index").c_str(), 0666), 0);
+  opened = StateDir::Open(state);
+  EXPECT_EQ(opened.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(absl::StrContains(opened.status().message(), state + "/index"))
+      << opened.status();
+  // Removed, the directory is the daemon's again.
+  ASSERT_EQ(unlink((state + "/index").c_str()), 0);
+  std::unique_ptr<StateDir> dir = MustOpen(state);
+  ASSERT_NE(dir, nullptr);
+  ASSERT_TRUE(dir->WriteIndex(AState(1)).ok());
+  EXPECT_EQ(ReadAll(tmp / "victim"), "precious");
+}
+
+// A crash's leftover temporary is the daemon's own: replaced, never
+// written through or into.
+TEST(StateDirTest, ALeftoverTemporaryIsMadeAfresh) {
+  TempDir tmp;
+  std::unique_ptr<StateDir> dir = MustOpen(tmp.path());
+  ASSERT_NE(dir, nullptr);
+  dir.reset();
+  std::ofstream(tmp / "index.tmp") << "half of an old write";
+  struct stat before;
+  ASSERT_EQ(stat((tmp / "index.tmp").c_str(), &before), 0);
+  dir = MustOpen(tmp.path());
+  ASSERT_NE(dir, nullptr);
+  ASSERT_TRUE(dir->WriteIndex(AState(3)).ok());
+  EXPECT_EQ(*dir->ReadIndex(), AState(3));
+  EXPECT_EQ(Names(tmp.path()), (std::set<std::string>{"lock", "index"}));
+}
+
+// Issue 30: the socket's and the state directory's ancestors went
+// unchecked. Every directory above must be root's or the daemon's user's,
+// closed to others' writes unless sticky.
+TEST(StateDirTest, AnotherUsersDirectoryOrAncestorIsRefused) {
+  if (geteuid() != 0) GTEST_SKIP() << "giving a directory away needs root";
+  TempDir tmp;
+  const std::string theirs = tmp / "theirs";
+  ASSERT_EQ(mkdir(theirs.c_str(), 0755), 0);
+  ASSERT_EQ(chown(theirs.c_str(), 65534, 65534), 0);
+  absl::StatusOr<std::unique_ptr<StateDir>> opened =
+      StateDir::Open(theirs + "/run/state");
+  EXPECT_EQ(opened.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(absl::StrContains(opened.status().message(),
+                                theirs + " belongs to uid 65534"))
+      << opened.status();
+  EXPECT_FALSE(fs::exists(theirs + "/run"));
+  // The directory itself another user's.
+  ASSERT_EQ(chown(theirs.c_str(), 0, 0), 0);
+  const std::string state = theirs + "/state";
+  ASSERT_EQ(mkdir(state.c_str(), 0700), 0);
+  ASSERT_EQ(chown(state.c_str(), 65534, 65534), 0);
+  opened = StateDir::Open(state);
+  EXPECT_EQ(opened.status().code(), absl::StatusCode::kPermissionDenied)
+      << opened.status();
+  // A file in it another user's.
+  ASSERT_EQ(chown(state.c_str(), 0, 0), 0);
+  std::ofstream(state + "/tier-1.images") << "theirs";
+  ASSERT_EQ(chown((state + "/tier-1.images").c_str(), 65534, 65534), 0);
+  opened = StateDir::Open(state);
+  EXPECT_EQ(opened.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(absl::StrContains(opened.status().message(), "tier-1.images"))
+      << opened.status();
+}
+
+// What cannot be tampered with is fine: a sticky ancestor (as /tmp) and a
+// symlink the daemon's user owns in a trusted directory. A symlink another
+// user planted on the way is not.
+TEST(StateDirTest, AStickyAncestorAndATrustedSymlinkAreFine) {
+  TempDir tmp;
+  ASSERT_EQ(chmod(tmp.path().c_str(), 01777), 0);
+  ASSERT_EQ(mkdir((tmp / "real").c_str(), 0700), 0);
+  ASSERT_EQ(symlink((tmp / "real").c_str(), (tmp / "link").c_str()), 0);
+  std::unique_ptr<StateDir> dir = MustOpen(tmp / "link");
+  ASSERT_NE(dir, nullptr);
+  ASSERT_TRUE(dir->WriteIndex(AState(1)).ok());
+  EXPECT_TRUE(fs::exists(tmp / "real/index"));
+  dir.reset();
+  if (geteuid() != 0) return;  // giving a symlink away needs root
+  ASSERT_EQ(lchown((tmp / "link").c_str(), 65534, 65534), 0);
+  absl::StatusOr<std::unique_ptr<StateDir>> opened =
+      StateDir::Open(tmp / "link");
+  EXPECT_EQ(opened.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(absl::StrContains(opened.status().message(), "symlink"))
+      << opened.status();
 }
 
 TEST(StateDirTest, TheIndexRoundTripsAndATornOneIsDataLoss) {
