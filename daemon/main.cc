@@ -267,6 +267,16 @@ struct RegionAccess {
   uint64_t keeper = 0;
 };
 
+// Whether the daemon's user is in group `gid` (so may give a file to it).
+bool InGroup(gid_t gid) {
+  const int count = ::getgroups(0, nullptr);
+  if (count <= 0) return false;
+  std::vector<gid_t> groups(static_cast<size_t>(count));
+  const int got = ::getgroups(count, groups.data());
+  return got > 0 && std::find(groups.begin(), groups.begin() + got, gid) !=
+                        groups.begin() + got;
+}
+
 // --shm_mode and --shm_group, each defaulting to what the socket's
 // directory says: engines reach the socket through its group, so the same
 // group must be able to map the state, and no one else.
@@ -306,7 +316,14 @@ absl::StatusOr<RegionAccess> RegionAccessFromFlags(
           absl::StrCat("--shm_group: no group named \"", group, "\""));
     }
   } else if (have_dir && dir.st_gid != ::getegid()) {
-    access.group = dir.st_gid;
+    if (::geteuid() == 0 || InGroup(dir.st_gid)) {
+      access.group = dir.st_gid;
+    } else {
+      LOG_WARNING(
+          "the socket directory's group (gid %d) is not this daemon's: the "
+          "state region keeps the daemon's own group (--shm_group to choose)",
+          dir.st_gid);
+    }
   }
   return access;
 }

@@ -7,6 +7,12 @@
 // record): an accepted location lies wholly inside, at exactly its own
 // place (no wrap, no alias of another image).
 //
+// The region handle an accepted index names is what a restart hands to
+// RetainedRegion::Open: if it is a retained name, it names one object
+// directly under /dev/shm (nothing but the leading '/' is a separator),
+// and the owner and keeper it records format back to a name that parses
+// to them.
+//
 // The first byte picks the mode: even, the rest is decoded as it is; odd,
 // the rest has its last 8 bytes replaced by the checksum of the bytes before
 // them, so the fuzzer reaches the parser behind the checksum instead of
@@ -15,11 +21,13 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <string_view>
 
 #include "daemon/common/checksum.h"
 #include "daemon/core/saved_state.h"
+#include "daemon/device/shm_name.h"
 
 namespace {
 
@@ -54,6 +62,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Check(redecoded.ok(), "a re-encoding that does not decode");
   Check(*redecoded == *decoded, "a re-encoding that decodes to another value");
   Check(again == bytes, "an accepted encoding that is not canonical");
+  const std::string& handle = decoded->region.handle;
+  if (const std::optional<RetainedShmName> kept =
+          ParseRetainedShmName(handle, "statecache")) {
+    Check(handle.find('/', 1) == std::string::npos &&
+              handle.find('\0') == std::string::npos,
+          "a retained name that is not one object under /dev/shm");
+    const std::optional<RetainedShmName> again = ParseRetainedShmName(
+        FormatRetainedShmName("statecache", kept->name.epoch, kept->name.owner,
+                              kept->keeper.value_or(0)),
+        "statecache");
+    Check(again.has_value() && again->name.epoch == kept->name.epoch &&
+              again->name.owner == kept->name.owner &&
+              again->keeper.value_or(0) == kept->keeper.value_or(0),
+          "a retained name whose record does not round-trip");
+  }
   const uint64_t image_bytes = decoded->bytes_per_slot;
   const uint64_t file_bytes =
       image_bytes * (decoded->device.size() + decoded->tier.size());

@@ -85,6 +85,18 @@ def seeds():
         [(5, (1 << 54) - 1, 0, 9), (6, 1 << 55, 0, 10),
          (7, 3, 0, 11)]).str("tier-11.images").records(
         [(8, (1 << 63) - 1, 0, 1)]).seed()
+    # A region kept under a keeper key, and one whose name tries to leave
+    # /dev/shm: only the first is a retained name.
+    out["kept_with_keeper"] = Index().head(
+        epoch=12, bytes_per_slot=64,
+        handle="/statecache-12-100-200-k00000000deadbeef-kept", capacity=4,
+        num_slots=4, region_bytes=4 * 64).records(
+        [(1, 2, 0, 5)]).str("").records([]).seed()
+    out["kept_escaping"] = Index().head(
+        epoch=13, bytes_per_slot=64,
+        handle="/../statecache-13-100-200-k00000000deadbeef-kept",
+        capacity=4, num_slots=4, region_bytes=4 * 64).records(
+        [(1, 2, 0, 5)]).str("").records([]).seed()
     # Refused behind a valid checksum.
     out["bad_version"] = Index(version=2).head().records([]).str(
         "").records([]).seed()

@@ -115,6 +115,16 @@ TEST(StartupTest, ASocketDirectoryOthersCanWriteIsRefused) {
   EXPECT_TRUE(daemon.ok()) << daemon.status();
 }
 
+TEST(StartupTest, AnUnknownShmGroupExitsTwoNamingTheFlag) {
+  absl::StatusOr<TempDir> dir = TempDir::Create();
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  const CommandResult r =
+      RunDaemon({"--listen=unix:" + dir->path() + "/s.sock",
+                 "--metrics_address=", "--shm_group=no-such-group-here"});
+  EXPECT_EQ(r.exit.code, 2) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.err, "--shm_group")) << r.err;
+}
+
 // Issue 30: with --listen=unix:np/run/sc.sock where np was another user's,
 // the daemon made run and served; that user renamed run, made a new one and
 // listened on the same path. Every directory above the socket is checked.

@@ -6,16 +6,35 @@ message].
     peer_calls.py ADDRESS MODEL_ID BLOCK VICTIM_SESSION_ID CALL...
 
 CALL is one of: ping, attach, stats, sessions, resize, drain, evict (handle
-s1), keep_alive, step, detach (the last three name VICTIM_SESSION_ID).
+s1), keep_alive, step, detach (the last three name VICTIM_SESSION_ID), and
+map: attach, then map the state region read-write as an engine does and
+write and read back its first byte (an OSError is reported by its name).
 """
 
 import json
+import mmap
+import os
 import sys
 
 import grpc
 
 from statecache.v1 import statecache_pb2 as pb
 from statecache.v1 import statecache_pb2_grpc as pb_grpc
+
+
+def map_region(scheduler, identity):
+    """Maps the region an Attach names, as an engine would."""
+    memory = scheduler.Attach(
+        pb.AttachRequest(identity=identity, client_name="engine"),
+        timeout=5).memory
+    fd = os.open("/dev/shm/" + memory.handle.decode().lstrip("/"), os.O_RDWR)
+    try:
+        region = mmap.mmap(fd, memory.region_bytes, flags=mmap.MAP_SHARED)
+    finally:
+        os.close(fd)
+    region[0] = 0x5A
+    assert region[0] == 0x5A
+    region.close()
 
 
 def main():
@@ -44,6 +63,7 @@ def main():
             pb.StepRequest(session_id=victim, operations=[begin]), timeout=5),
         "detach": lambda: scheduler.Detach(
             pb.DetachRequest(session_id=victim), timeout=5),
+        "map": lambda: map_region(scheduler, identity),
     }
     out = {}
     for name in sys.argv[5:]:
@@ -52,6 +72,8 @@ def main():
             out[name] = ["OK", ""]
         except grpc.RpcError as e:
             out[name] = [e.code().name, e.details()]
+        except OSError as e:
+            out[name] = [type(e).__name__, str(e)]
     print(json.dumps(out))
 
 

@@ -25,7 +25,7 @@ from statecache.testing import Daemon, statecached_binary
 from statecache.v1 import statecache_pb2 as pb
 from statecache.v1 import statecache_pb2_grpc as pb_grpc
 
-from conftest import BLOCK, MODEL_ID, attach
+from conftest import BLOCK, MODEL_ID, SMALL_LAYOUT, attach, identity_flags
 
 NOBODY = 65534
 _PEER_CALLS = os.path.join(os.path.dirname(os.path.abspath(__file__)),
@@ -131,6 +131,44 @@ def test_bad_access_lists_are_a_configuration_error(tmp_path):
              flag], capture_output=True, text=True, timeout=30)
         assert done.returncode == 2, (flag, done.stderr)
         assert flag.split("=")[0] in done.stderr, done.stderr
+
+
+def test_engines_in_the_sockets_group_map_the_state():
+    """Issue 30: with the socket directory made root:nogroup 2750 to share
+    the socket (as docs/operators.md says), the socket got the group but
+    the region stayed root:root: engines in the group attached and then
+    could not map the state. The region follows the socket's directory;
+    nobody, in nogroup, maps it and writes through it."""
+    shared = tempfile.mkdtemp(prefix="statecache-shared-")
+    private = None
+    try:
+        os.chown(shared, 0, NOBODY)
+        os.chmod(shared, 0o2750)
+        with Daemon(flags=identity_flags(), layout=SMALL_LAYOUT,
+                    directory=shared) as daemon:
+            got = as_nobody(daemon, "", "map")
+            assert got["map"] == ("OK", ""), got
+            with statecache.Client.connect(daemon.address) as client, \
+                    attach(client) as session:
+                region = os.stat(
+                    "/dev/shm/" + session.memory.handle.decode().lstrip("/"))
+                assert region.st_gid == NOBODY
+                assert region.st_mode & 0o777 == 0o660
+                # What nobody wrote is in the state the daemon serves.
+                assert session.memory.slot_bytes(0)[0] == 0x5A
+        # A private socket directory keeps the region to the daemon's user.
+        private = tempfile.mkdtemp(prefix="statecache-private-")
+        with Daemon(flags=identity_flags(), layout=SMALL_LAYOUT,
+                    directory=private) as daemon, \
+                statecache.Client.connect(daemon.address) as client, \
+                attach(client) as session:
+            region = os.stat(
+                "/dev/shm/" + session.memory.handle.decode().lstrip("/"))
+            assert (region.st_gid, region.st_mode & 0o777) == (0, 0o600)
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+        if private is not None:
+            shutil.rmtree(private, ignore_errors=True)
 
 
 def test_sessions_are_listed_by_handle_a_page_at_a_time(daemon, client):

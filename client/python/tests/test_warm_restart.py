@@ -371,3 +371,44 @@ def test_an_index_naming_images_past_its_file_starts_without_them(
         missed = resume_checked(session, range(8))
         assert len(missed) == 8 - on_device, missed
         assert client.admin.stats().resumes_tier == 0
+
+
+def kept_regions_of(pid):
+    """The regions kept for a warm restart by the daemon process `pid`."""
+    return glob.glob("/dev/shm/statecache-*-%d-*-kept" % pid)
+
+
+def test_orphaned_regions_are_reclaimed_by_their_own_daemon_only(
+        start_daemon, state_dir):
+    """Issue 30: a daemon killed before its index named its region (a
+    SIGKILL during the shutdown save) left the region in /dev/shm for
+    good. A later start on the same address reclaims it, with or without
+    --state_dir, unless an index (or index.rejected) still names it; a
+    daemon on another address never touches it."""
+    daemon = start(start_daemon, state_dir, num_slots=4)
+    pid = daemon.process.pid
+    orphan, = kept_regions_of(pid)
+    daemon.kill()
+    assert os.path.exists(orphan)
+
+    # Another daemon (another address) on the node: not its region.
+    other = start_daemon(layout=SMALL_LAYOUT, num_slots=4)
+    other.stop()
+    assert os.path.exists(orphan)
+
+    # The same address with another model: the index is rejected, and the
+    # region it names is spared (the right flags could still restore it).
+    flags = [f for f in daemon.flags if not f.startswith("--model_id=")]
+    daemon.restart(["--model_id=another/model"] + flags)
+    with statecache.Client.connect(daemon.address) as client:
+        assert warm(client).outcome == "mismatch"
+    daemon.stop()
+    assert os.path.exists(orphan)
+    assert "removed orphaned region" not in daemon.log()
+
+    # The same address without --state_dir: nothing will restore from it.
+    flags = [f for f in daemon.flags if not f.startswith("--state_dir=")]
+    daemon.restart(flags)
+    assert not os.path.exists(orphan)
+    assert "removed orphaned region " + os.path.basename(orphan) in \
+        daemon.log()
