@@ -14,7 +14,7 @@
 //   batched/1  the copy table on a HostCopier with one thread
 //   batched    Device::Copy(pairs): table build + HostCopier (--threads)
 // and the ratios batched/memcpy and batched/per-piece. Then what zeroing a
-// cold admit's slot would cost the daemon (issue 29: cold slots hold their
+// cold admit's slot would cost the daemon (cold slots hold their
 // last holder's bytes): one memset per piece of one slot, in microseconds
 // per slot, against one memcpy of the same bytes (a slot's relocation).
 //

@@ -1,4 +1,4 @@
-# GPU flavours of the copy kernel and the GPU device backend (issue 4).
+# GPU flavours of the copy kernel and the GPU device backend.
 #
 #   STATECACHE_WITH_HIP   AUTO | ON | OFF  hipcc for STATECACHE_HIP_ARCH (gfx90a)
 #   STATECACHE_WITH_CUDA  AUTO | ON | OFF  nvcc for STATECACHE_CUDA_ARCH (90)

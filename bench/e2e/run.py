@@ -740,7 +740,7 @@ def run(args, tmp, out_dir, binaries, workload_args, pools, concurrencies,
     out("  %-52s %9.2f %9.2f" % ("Python / C++ with the same gap",
                                  p256["ratio_gapped"]["p50"],
                                  p256["ratio_gapped"]["p99"]))
-    out("  target (issue 16): Python <= 2x the C++ client's p50 for the same "
+    out("  target: Python <= 2x the C++ client's p50 for the same "
         "pass: %s back to back, %s with the same gap" % (
             "met" if p256["ratio"]["p50"] <= 2 else "NOT met",
             "met" if p256["ratio_gapped"]["p50"] <= 2 else "NOT met"))

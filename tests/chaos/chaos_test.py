@@ -1,4 +1,4 @@
-"""Chaos (issue 18): scheduler processes run passes against one statecached
+"""Chaos: scheduler processes run passes against one statecached
 while the test SIGKILLs random schedulers (and starts new ones) and SIGKILLs
 the daemon (and starts a new one on the same Unix socket). Then every slot
 must be accounted for.

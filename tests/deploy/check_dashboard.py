@@ -29,7 +29,7 @@ import deploylib
 
 GRAFANA_INTERVALS = {"__rate_interval": "5m", "__interval": "1m", "__range": "1h"}
 
-# Metrics the dashboard must chart (issue 5: fates, occupancy, hit ratio,
+# Metrics the dashboard must chart (fates, occupancy, hit ratio,
 # latency percentiles, copy throughput; plus sessions and lease expiries).
 REQUIRED_METRICS = {
     "statecache_checkpoints_kept_total", "statecache_checkpoints_dropped_total",

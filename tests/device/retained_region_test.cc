@@ -130,7 +130,7 @@ TEST(RetainedShmNameTest, StaleCleanupLeavesARetainedObjectOfADeadOwner) {
   EXPECT_TRUE(ShmExists(kept));
 }
 
-// Issue 30: a SIGKILL during the shutdown save left -kept regions that no
+// A SIGKILL during the shutdown save left -kept regions that no
 // later start removed. A daemon reclaims those of its own keeper whose
 // maker is dead, and nothing else.
 TEST(RetainedShmNameTest, ReclaimTakesOnlyThisKeepersOrphans) {
@@ -331,7 +331,7 @@ TEST_P(RetainedRegionTest, OpensOnlyARetainedNameWhoseOwnerIsGone) {
             absl::StatusCode::kNotFound);
 }
 
-// Issue 30: a root daemon restored from a -kept region another user made,
+// A root daemon restored from a -kept region another user made,
 // served its bytes, then deleted it. Only the daemon's user's region, whose
 // maker is dead, is trusted; a refused one is left as it is.
 TEST_P(RetainedRegionTest, TrustsOnlyItsOwnUsersRegionOfADeadMaker) {

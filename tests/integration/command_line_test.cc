@@ -56,7 +56,7 @@ TEST(CommandLineTest, AValueItsFlagCannotParseExitsTwo) {
   }
 }
 
-// Issue 30: --num_slots=2^30 without a layout died of std::bad_alloc (exit
+// --num_slots=2^30 without a layout died of std::bad_alloc (exit
 // 134, a core) before it checked anything. A pool whose bookkeeping alone
 // is past the machine's memory is a configuration error now. (An
 // unreachable --listen keeps a machine big enough to hold it from serving.)
@@ -125,7 +125,7 @@ TEST(StartupTest, AnUnknownShmGroupExitsTwoNamingTheFlag) {
   EXPECT_TRUE(absl::StrContains(r.err, "--shm_group")) << r.err;
 }
 
-// Issue 30: with --listen=unix:np/run/sc.sock where np was another user's,
+// With --listen=unix:np/run/sc.sock where np was another user's,
 // the daemon made run and served; that user renamed run, made a new one and
 // listened on the same path. Every directory above the socket is checked.
 TEST(StartupTest, ASocketUnderAnotherUsersDirectoryIsRefused) {
@@ -144,7 +144,7 @@ TEST(StartupTest, ASocketUnderAnotherUsersDirectoryIsRefused) {
   EXPECT_NE(::stat((theirs + "/run").c_str(), &st), 0);  // nothing made
 }
 
-// Issue 30: with --state_dir mode 0777, another user planted index.tmp and
+// With --state_dir mode 0777, another user planted index.tmp and
 // lock as symlinks; a root daemon started without a warning and wrote
 // through both.
 TEST(StartupTest, AStateDirectoryOthersCanWriteIsRefused) {

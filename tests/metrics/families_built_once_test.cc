@@ -1,9 +1,9 @@
 // Every family Metrics exposes is built once, at start, in its registry,
-// and a scrape only refreshes the values of the children it holds (issue 17
-// part 5): the registry holds every family a scrape shows, scraping adds
-// none, the children fetched before any scrape are the ones whose values
-// the scrapes move, and a counter fed from a GetStats total grows by what
-// the total grew, not by the total at each scrape.
+// and a scrape only refreshes the values of the children it holds: the registry
+// holds every family a scrape shows, scraping adds none, the children fetched
+// before any scrape are the ones whose values the scrapes move, and a counter
+// fed from a GetStats total grows by what the total grew, not by the total at
+// each scrape.
 //
 // The held children are fetched the way prometheus-cpp hands out existing
 // ones: a builder registering a name the registry already has returns that

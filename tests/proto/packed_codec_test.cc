@@ -695,7 +695,7 @@ TEST(PackedCodecTest, ChecksAcceptWhatTheRuleReads) {
   EXPECT_GT(invalid, 1000);
 }
 
-// Issue 29: the tier's fields (numbered 100 and above) reached list-form
+// The tier's fields (numbered 100 and above) reached list-form
 // clients only. late_values carries them; a daemon that predates it sends
 // none, and the fields then read as their defaults.
 TEST(PackedCodecTest, LateValuesCarryTheTierFieldsAndAreOptional) {

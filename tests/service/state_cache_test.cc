@@ -696,7 +696,7 @@ TEST(StateCacheTest, ShrinkWaitsForPinsThenHitsItsDeadline) {
   EXPECT_TRUE(f.cache->CheckInvariants().ok()) << f.cache->CheckInvariants();
 }
 
-// Issue 29: a shrink used to move a live slot at once, under the forward
+// A shrink used to move a live slot at once, under the forward
 // writing it, and report the move at the next begin_pass, by when a
 // checkpoint could have moved the request again. Now only the holder's own
 // begin_pass moves it, and every reported move starts from the slot the
@@ -838,7 +838,7 @@ TEST(LimitsTest, ReservationsCountAgainstTheQuotaUntilPublished) {
   EXPECT_TRUE(f.cache->CheckInvariants().ok()) << f.cache->CheckInvariants();
 }
 
-// Issue 29: a session that checkpoints in a loop without begin_pass pinned
+// A session that checkpoints in a loop without begin_pass pinned
 // the whole pool past its quota. Pins count now.
 TEST(LimitsTest, PinnedForkSourcesCountAgainstTheQuota) {
   Fixture f = WithLimits(64, 4, 0);

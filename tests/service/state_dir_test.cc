@@ -115,7 +115,7 @@ TEST(StateDirTest, BadPathsAreInvalidArguments) {
   EXPECT_FALSE(StateDir::Open(tmp / "missing/deeper").ok());
 }
 
-// Issue 30: with the directory mode 0777, another user planted index.tmp
+// With the directory mode 0777, another user planted index.tmp
 // and lock as symlinks, and a root daemon wrote through both.
 TEST(StateDirTest, PlantedFilesAreRefusedAndNeverWrittenThrough) {
   TempDir tmp;
@@ -174,7 +174,7 @@ TEST(StateDirTest, ALeftoverTemporaryIsMadeAfresh) {
   EXPECT_EQ(Names(tmp.path()), (std::set<std::string>{"lock", "index"}));
 }
 
-// Issue 30: the socket's and the state directory's ancestors went
+// The socket's and the state directory's ancestors went
 // unchecked. Every directory above must be root's or the daemon's user's,
 // closed to others' writes unless sticky.
 TEST(StateDirTest, AnotherUsersDirectoryOrAncestorIsRefused) {

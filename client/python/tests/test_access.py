@@ -134,7 +134,7 @@ def test_bad_access_lists_are_a_configuration_error(tmp_path):
 
 
 def test_engines_in_the_sockets_group_map_the_state():
-    """Issue 30: with the socket directory made root:nogroup 2750 to share
+    """With the socket directory made root:nogroup 2750 to share
     the socket (as docs/operators.md says), the socket got the group but
     the region stayed root:root: engines in the group attached and then
     could not map the state. The region follows the socket's directory;

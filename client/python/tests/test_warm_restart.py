@@ -380,7 +380,7 @@ def kept_regions_of(pid):
 
 def test_orphaned_regions_are_reclaimed_by_their_own_daemon_only(
         start_daemon, state_dir):
-    """Issue 30: a daemon killed before its index named its region (a
+    """A daemon killed before its index named its region (a
     SIGKILL during the shutdown save) left the region in /dev/shm for
     good. A later start on the same address reclaims it, with or without
     --state_dir, unless an index (or index.rejected) still names it; a
