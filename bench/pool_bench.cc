@@ -451,8 +451,7 @@ void TraceComparison(const std::string& trace) {
   std::printf("checksum %lld\n", static_cast<long long>(checksum));
   // Calls/s of one timed replay, after an untimed one: on these VMs memory
   // left untouched for a second or two (here, while the reference runs its
-  // repetition) comes back many times slower on first touch (the first
-  // replay after a 2 s sleep measured 520 ns/call, the next 54), and a
+  // repetition) comes back many times slower on first touch, and a
   // scheduler's arguments are warm anyway.
   auto cpp_rate = [&] {
     (void)replay_once(checksum);

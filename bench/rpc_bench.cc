@@ -61,19 +61,19 @@
 // building a pass of the row's size before every Ping as it does before
 // every Step. In the first table Ping runs back to back with nothing between
 // calls, which on a VM whose vCPUs halt when idle is the cheapest a call
-// ever gets (rows `Ping, 30 us after` and `Ping, 1 ms after`: 5-11% and
-// 63-85% more on the development VM), while every Step row's client builds
-// its next pass between calls; and its ratios move by a fifth between runs
-// with the VM's drift. Row `packed, 1 ms apart` spaces its calls (and its
+// ever gets (rows `Ping, 30 us after` and `Ping, 1 ms after` show how much
+// more a spaced call costs), while every Step row's client builds its next
+// pass between calls; and its ratios drift between runs with the VM's. Row `packed, 1 ms apart` spaces its calls (and its
 // paired Pings) as a scheduler's passes are spaced by the forward between
 // them, so that each call finds the daemon idle.
 //
 // A third table (--calibrate) says what handler time itself costs here:
 // Pings to a bare callback server whose handler busy-waits 5, 10, 20 us and
 // as long as the 256-op packed core takes, each paired with a do-nothing
-// Ping. On the development VM each microsecond of handler time costs 2-3.4 us
-// of round trip (waking the other, halted vCPU), and about one when the
-// benchmark runs on one vCPU (`taskset -c 0 rpc_bench`).
+// Ping. On a VM each microsecond of handler time can cost several of round
+// trip (waking the other, halted vCPU), and about one when the benchmark
+// runs on one vCPU (`taskset -c 0 rpc_bench`); bench/results/ has the
+// figures.
 #include <fcntl.h>
 #include <google/protobuf/arena.h>
 #include <grpcpp/grpcpp.h>
@@ -717,8 +717,8 @@ void FillBatch(v1::StateCache::Stub& stub, Scheduler& sched) {
 // finds no session and answers NOT_FOUND, so no operation runs. That is what
 // carrying a pass's request costs by itself (the client's serialisation, the
 // socket, gRPC, the daemon's parsing), plus gRPC's error path (a refused
-// one-op Step costs ~1.3x Ping, a served one ~1.1x), to set against the full
-// Step.
+// refused one-op Step costs more than a served one), to set against the
+// full Step.
 class UnaryStepTrip final : public RoundTrip {
  public:
   UnaryStepTrip(v1::StateCache::Stub& stub, int ops, bool refused = false,

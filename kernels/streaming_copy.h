@@ -6,9 +6,8 @@
 // line (read-for-ownership): a third more memory traffic. Non-temporal
 // stores skip both. glibc's memcpy switches to them on its own only above a
 // threshold derived from the last-level cache size, which on large-cache
-// machines is far above one slot (we measured 37.7 MiB copies at 0.65x one
-// 450 MiB memcpy on a VM reporting a 480 MiB L3); this routine applies them
-// to every piece of a large table. Like glibc's large-copy loop, it streams
+// machines is far above one slot (bench/copy_bench measures the gap); this
+// routine applies them to every piece of a large table. Like glibc's large-copy loop, it streams
 // two pages at once (loads from page p and p+1 interleaved, prefetched), which
 // keeps more DRAM pages open than one sequential stream.
 //

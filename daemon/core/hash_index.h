@@ -14,9 +14,9 @@
 // seven more bits of the key's hash. Probes walk the tags and read a bucket
 // only where the tag matches, so a key that is absent (most lookups, and
 // every insert of a new checkpoint) is settled by the tags alone. At a
-// million slots the buckets are 32 MiB, far past what this machine keeps in
-// cache (a random read there waits ~170 ns for memory), while the tags are
-// 2 MiB and mostly cached: a new checkpoint's insert then writes its bucket
+// million slots the buckets are far past what a CPU keeps in cache (a
+// random read there waits on memory), while the tags are a sixteenth of
+// that and mostly cached: a new checkpoint's insert then writes its bucket
 // without waiting to read it.
 //
 // Iteration order is unspecified and differs between tables; callers that
@@ -129,8 +129,8 @@ class HashIndex {
   // New keys' buckets not yet written, in tables of defer_min_buckets_ or
   // more. A new key's insert needs only the tags to find its bucket, but
   // writing the bucket at once would stall on it: x86 commits stores in
-  // order, so one store waiting ~170 ns for its line soon fills the store
-  // buffer and stops the core. Each is held here (its tag already set, its
+  // order, so one store waiting on memory for its line soon fills the
+  // store buffer and stops the core. Each is held here (its tag already set, its
   // line being fetched) until kMaxPending later inserts have passed; every
   // read and move of a bucket looks here first.
   static constexpr size_t kNoBucket = ~size_t{0};

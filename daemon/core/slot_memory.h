@@ -6,18 +6,26 @@
 // grow, and one step of a shrink.
 //
 // This header is the specification of those verbs. The rules come from the
-// reference pool (state_slot_pool.py) and the scheduler that drives it
-// (ATOM's BlockManager); the pool below keeps the reference's decisions
-// exactly (daemon/core/slot_pool.h), and each verb here makes the calls that
+// reference pool (docs/pool_rules.md summarises them, and how each verb is
+// made of pool calls) and the scheduler that drives it (ATOM's
+// BlockManager); the pool below keeps the reference's decisions exactly
+// (daemon/core/slot_pool.h), and each verb here makes the calls that
 // scheduler makes, in its order, so a run of verbs is a run of the
 // reference.
 //
 // Every verb checks everything it can refuse before it changes anything: a
 // non-OK status means nothing changed (the pool's Dump, the owner table and
-// the holding are as they were). Codes: INVALID_ARGUMENT for a malformed
-// argument (naming it), FAILED_PRECONDITION for a verb the state does not
-// allow, RESOURCE_EXHAUSTED for too few free slots, INTERNAL for a device
-// failure or a broken invariant (a bug: the message names the call).
+// the holding are as they were), unless its Errors: line says otherwise.
+// Codes: INVALID_ARGUMENT for a malformed argument (naming it),
+// FAILED_PRECONDITION for a verb the state does not allow,
+// RESOURCE_EXHAUSTED for too few free slots, INTERNAL for a device failure
+// or a broken invariant (a bug: the message names the call). REQUIRES: and
+// Errors: are as docs/conventions.md says.
+//
+// Every verb that takes a holding REQUIRES one the verbs have kept (its
+// slots, reservations and fork source what the pool holds for it). Given
+// another, the pool's own checks may refuse the call with the pool's code;
+// those refusals are listed below only where they are a verb's only ones.
 //
 // Who holds what is the caller's to say, through a SlotHolding it owns (the
 // service's Request is one); SlotMemory keeps a pointer to it per slot so a
@@ -142,9 +150,9 @@ class SlotMemory {
  public:
   // `device` may be null: slot decisions only (copy and snapshot refused,
   // relocations are bookkeeping).
-  // REQUIRES: num_slots in [1, kMaxSlots]; hash_block_size >= 1;
-  //   !transfer.copies(); device == null or device->num_slots() == num_slots.
-  // Errors: INVALID_ARGUMENT naming the mismatch.
+  // Errors: INVALID_ARGUMENT num_slots outside [1, kMaxSlots],
+  //   hash_block_size < 1, transfer.copies(), or a device whose num_slots()
+  //   is not num_slots (the message names the mismatch).
   static absl::StatusOr<SlotMemory> Create(int64_t num_slots,
                                            StateTransfer transfer,
                                            int64_t hash_block_size,
@@ -187,8 +195,8 @@ class SlotMemory {
   // Fork checkpoint of holding.slots[0] under `hash` (the reference's
   // checkpoint): the holder moves to a fresh slot and reads the old one,
   // indexed and pinned for the next batch, as holding.fork_src. `anchor_pos`
-  // (when not 0) replaces the holding's for this call.
-  // REQUIRES: holding.slots non-empty.
+  // (when not 0) replaces the holding's for this call. A holding with no
+  // slots forks nothing (kept == false).
   // Errors: INVALID_ARGUMENT negative anchor_pos, boundary_blocks or hash.
   absl::StatusOr<CheckpointOutcome> Checkpoint(SlotHolding& holding,
                                                int64_t anchor_pos,
@@ -207,9 +215,16 @@ class SlotMemory {
       absl::Span<const std::pair<int64_t, int64_t>> positions);
   // Files every outstanding reservation under its hash as a checkpoint
   // (positions other than the anchor marked speculative unless keep_all).
-  // Returns how many.
+  // Returns how many (0, and OK, with none outstanding).
+  // Errors: only for a holding whose reservations are not the pool's
+  //   outstanding ones (a broken holding; nothing changes):
+  //   SlotPool::PublishMidstep's INVALID_ARGUMENT (a slot out of range or
+  //   named twice) or FAILED_PRECONDITION (a slot not reserved, reserved
+  //   for another position or hash, or pinned).
   absl::StatusOr<int32_t> Publish(SlotHolding& holding, bool keep_all);
-  // Hands the outstanding reservations back vacant. Returns how many.
+  // Hands the outstanding reservations back vacant. Returns how many (0,
+  // and OK, with none outstanding).
+  // Errors: as Publish (SlotPool::CancelMidstep's).
   absl::StatusOr<int32_t> Cancel(SlotHolding& holding);
 
   // ------------------------------------------------------------ the rest
@@ -217,20 +232,30 @@ class SlotMemory {
   // The holder takes its fork source over as its committed slot (ATOM's
   // cancel_state_fork): its fresh slot goes back, the source stops being a
   // checkpoint, its pin goes. Returns the new holding.slots[0].
-  // REQUIRES: the caller's clock holds exactly the one pin on fork_src.
-  // Errors: FAILED_PRECONDITION no fork source, or other pins on it.
+  // REQUIRES: holding.slots non-empty; the one pin on fork_src is the
+  //   caller's clock's (the caller forgets it).
+  // Errors: FAILED_PRECONDITION no fork source, or the pool holds a number
+  //   of pins on it other than one (another reader still reads it).
   absl::StatusOr<int64_t> AdoptForkSource(SlotHolding& holding);
 
   // Everything the holding holds goes back: reservations vacant, slots to
   // the pool (a checkpointed slot's hash filed again), and, when
   // `drop_reader`, its pin on fork_src (the caller's clock still held it).
   // Leaves the holding empty.
+  // REQUIRES: when drop_reader, the caller's clock holds a pin on fork_src.
+  // Errors: only for a broken holding. Its reservations not the pool's
+  //   outstanding ones: as Cancel (INVALID_ARGUMENT or FAILED_PRECONDITION;
+  //   nothing changes). INTERNAL when the pool then refuses the slots'
+  //   release (the reservations are cancelled by then) or the pin's drop
+  //   (the slots are released by then, fork_src left set).
   absl::Status Release(SlotHolding& holding, bool drop_reader);
 
   // The holder will not read its fork source after all (its session ended
   // while its slots stay held): its pin on fork_src goes, freeing the slot
   // if it was the last, and fork_src becomes -1. No-op without one.
   // REQUIRES: the caller's clock held that pin.
+  // Errors: INVALID_ARGUMENT fork_src out of the pool's range (a broken
+  //   holding; nothing changes).
   absl::Status DropForkSource(SlotHolding& holding);
 
   // Copies the committed slot into a fresh one filed under `hash` at
@@ -257,6 +282,9 @@ class SlotMemory {
   // The reference's resumable_hit / lookup (read-only), and where the
   // host tier would go deeper: `tier_blocks` is the resumable depth an
   // admission would take from the tier (0 when the device's is as deep).
+  // Errors (ResumableHit): INVALID_ARGUMENT negative num_tokens,
+  //   kv_hit_blocks outside [0, hashes.size()], or a negative hash.
+  // Errors (Lookup): INVALID_ARGUMENT negative hash.
   struct Resumable {
     int64_t blocks = 0;       // the device index's (the reference's answer)
     int64_t tier_blocks = 0;  // deeper, from the tier; 0 = none
@@ -399,10 +427,10 @@ class SlotMemory {
   // Every image is checked against its checksum before anything is filed;
   // one that does not match is dropped and counted, never indexed.
   // Checksums are enabled by the call.
-  // REQUIRES: state memory; nothing held, pinned, reserved or filed yet (a
-  //   fresh SlotMemory).
-  // Errors: FAILED_PRECONDITION the REQUIRES; INVALID_ARGUMENT a negative
-  //   hash or a null image; the device's (nothing is filed then).
+  // Errors: FAILED_PRECONDITION without state memory, or when anything is
+  //   held, pinned, reserved or filed already (only a fresh SlotMemory
+  //   restores); INVALID_ARGUMENT a negative hash or a null image; the
+  //   device's (nothing is filed then).
   absl::StatusOr<RestoreCounts> Restore(absl::Span<const RestoreImage> device,
                                         absl::Span<const RestoreImage> tier);
 
@@ -410,19 +438,23 @@ class SlotMemory {
 
   // One clock's share of the pin clock, in the order the caller gives:
   // drops `count` pins on `slot` (freeing it when none remain).
-  // REQUIRES: 1 <= count <= the pool's pins on slot.
+  // REQUIRES: those pins are the caller's clock's.
+  // Errors: SlotPool::ReleasePin's: INVALID_ARGUMENT slot out of range or
+  //   count < 1; FAILED_PRECONDITION count above the pool's pins on slot.
   absl::Status ReturnPins(int64_t slot, int32_t count) {
     return pool_.ReleasePin(slot, count);
   }
   // The slot's next-batch reader has been built: its pin returns at the
   // clock's next tick rather than this one.
+  // Errors: INVALID_ARGUMENT slot out of range.
   absl::Status EndDeferral(int64_t slot) { return pool_.EndDeferral(slot); }
 
   // ------------------------------------------------------------ resizing
 
   // Grows to `target` slots: the memory first, so a slot never lacks its
   // bytes; if the memory cannot follow, nothing changes.
-  // REQUIRES: target > num_slots().
+  // Errors: INVALID_ARGUMENT target outside (num_slots(), kMaxSlots]; the
+  //   device's when the memory cannot grow (nothing changes).
   absl::Status Grow(int64_t target);
 
   // One step of a shrink towards `target`: retires the top slot while it can

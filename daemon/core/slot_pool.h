@@ -2,12 +2,13 @@
 // checkpoint, and which are vacant; plus the index from chained block hash to
 // checkpoint slot.
 //
-// A port of the reference StateSlotPool (shared/reference/state_slot_pool.py,
-// with the two shrink-path corrections of corrections.py) that makes the same
-// observable decisions: fed the same calls it hands out the same slots, evicts
-// the same checkpoints, files the same hashes and counts the same fates. The
-// reference is where the rules come from; each method's comment below states
-// its rule and why, so this header (with daemon/core/slot_memory.h, the verbs
+// A port of the reference pool (ATOM's StateSlotPool, with two corrections to
+// its shrink path), whose rules docs/pool_rules.md summarises, call by call
+// and with why each exists. The port makes the same observable decisions:
+// fed the same calls it hands out the same slots, evicts the same
+// checkpoints, files the same hashes and counts the same fates (checked on
+// the pool traces of docs/trace_format.md). Each method's comment below
+// states its rule, so this header (with daemon/core/slot_memory.h, the verbs
 // a request's life is made of) is the contract. The rules in brief:
 //   * A slot is live (a request writes it), pinned (a forward will read it),
 //     a free checkpoint (on the LRU, filed under a hash, still worth
@@ -38,16 +39,19 @@
 //     checkpoint LRU is an intrusive doubly linked list indexed by slot, and
 //     the vacant half is a hierarchical bitmap that finds the lowest vacant
 //     slot in O(log64 n). Only bulk calls (clear_index, Dump) are linear.
-//   * Bad input. Every public mutator checks its preconditions (the REQUIRES
-//     lines below) before it changes anything. A refused call returns a
-//     non-OK absl::Status naming the problem and leaves the pool exactly as it
-//     was (Dump() unchanged). Codes: INVALID_ARGUMENT for a malformed argument
-//     (negative count, slot out of range, duplicate slot), FAILED_PRECONDITION
-//     for a call the pool's current state does not allow (releasing a free
-//     slot, unpinning an unpinned one), RESOURCE_EXHAUSTED for popping more
-//     than is free.
-//   * "slot in range" means 0 <= slot < num_slots() unless a method says
-//     otherwise. Hashes must be in [0, 2^63).
+//   * Bad input. Every public method that returns a status checks its
+//     arguments against the pool's state before it changes anything (the
+//     Errors: lines below; see
+//     docs/conventions.md). A refused call returns a non-OK absl::Status
+//     naming the problem and leaves the pool exactly as it was (Dump()
+//     unchanged). Codes: INVALID_ARGUMENT for a malformed argument (negative
+//     count, slot out of range, duplicate slot, negative hash),
+//     FAILED_PRECONDITION for a call the pool's current state does not allow
+//     (releasing a free slot, unpinning an unpinned one), RESOURCE_EXHAUSTED
+//     for popping more than is free.
+//   * "out of range" means outside [0, num_slots()) unless a method says
+//     otherwise. Hashes are in [0, 2^63): a negative one is refused
+//     INVALID_ARGUMENT.
 //
 // Reference quirks kept on purpose, because parity is judged on them:
 //   * claim() leaves a checkpoint's hash on the live slot; releasing the slot
@@ -142,13 +146,6 @@ struct PoolSnapshot {
 
 class SlotPool {
  public:
-  // The reference's constructor. The pool is enabled iff `enabled` and
-  // num_slots > 0 at construction (extend never enables it, as in the
-  // reference).
-  // REQUIRES: 0 <= num_slots <= kMaxSlots.
-  // REQUIRES: hash_block_size >= 1.
-  // REQUIRES: !transfer.copies() (page-copy checkpoints do not belong here).
-  // Errors: INVALID_ARGUMENT.
   // An upper bound on the memory the pool's own bookkeeping takes at
   // `slots` slots (its per-slot state, its hash index sized for a full
   // pool, its reservation and scratch tables), for a caller that must
@@ -156,6 +153,12 @@ class SlotPool {
   // REQUIRES: slots >= 0.
   static uint64_t BookkeepingBytes(int64_t slots);
 
+  // The reference's constructor. The pool is enabled iff `enabled` and
+  // num_slots > 0 at construction (extend never enables it, as in the
+  // reference).
+  // Errors: INVALID_ARGUMENT num_slots outside [0, kMaxSlots],
+  //   hash_block_size < 1, or transfer.copies() (page-copy checkpoints do
+  //   not belong here).
   static absl::StatusOr<SlotPool> Create(int64_t num_slots,
                                          StateTransfer transfer,
                                          int64_t hash_block_size = 1,
@@ -175,13 +178,14 @@ class SlotPool {
 
   // Whether `count` slots can be handed out (checkpoints count: pop spends
   // them). The admission gate.
-  // REQUIRES: count >= 0.
+  // Errors: INVALID_ARGUMENT count < 0.
   absl::StatusOr<bool> HasFree(int64_t count = 1) const {
     if (ABSL_PREDICT_FALSE(count < 0)) return NegativeCount(count, "has_free");
     return num_free_ >= count;
   }
   int64_t NumFree() const { return num_free_; }
-  // REQUIRES (these four queries): slot in range.
+  // Errors (IsFree, HoldsCheckpoint, IsPinned, PinCount): INVALID_ARGUMENT
+  //   slot out of range.
   absl::StatusOr<bool> IsFree(int64_t slot) const {
     if (ABSL_PREDICT_FALSE(!InRange(slot))) {
       return SlotOutOfRange(slot, "is_free");
@@ -198,43 +202,50 @@ class SlotPool {
 
   // Hands out one slot: lowest vacant first, else the LRU head checkpoint
   // (evicting it). Clears the slot's speculative mark and checkpoint.
-  // REQUIRES: NumFree() >= 1.  Errors: RESOURCE_EXHAUSTED.
+  // Errors: RESOURCE_EXHAUSTED nothing is free.
   absl::StatusOr<int64_t> Pop();
   // `count` pops, in allocation order (element 0 is the committed slot).
-  // REQUIRES: 0 <= count <= NumFree().
+  // Errors: INVALID_ARGUMENT count < 0; RESOURCE_EXHAUSTED count >
+  //   NumFree().
   absl::StatusOr<std::vector<int64_t>> PopMany(int64_t count);
   // As above, into the caller's storage (no allocation on the hot path).
-  // REQUIRES: as above, and out.size() == count.
+  // Errors: as above, and INVALID_ARGUMENT out.size() != count.
   absl::Status PopMany(int64_t count, absl::Span<int64_t> out);
   // Takes one specific free slot off the list, checkpoint hash and all.
-  // REQUIRES: slot in range and free.
+  // Errors: INVALID_ARGUMENT slot out of range; FAILED_PRECONDITION slot not
+  //   free.
   absl::Status Claim(int64_t slot);
 
   // File `slot` at the LRU head when it is released. No-op when disabled.
-  // REQUIRES: slot in range.
+  // Errors: INVALID_ARGUMENT slot out of range.
   absl::Status MarkSpeculative(int64_t slot);
   // A guess paid off: clear the mark and, if the slot is a free checkpoint,
   // move it to the LRU tail. No-op when disabled or unmarked.
-  // REQUIRES: slot in range.
+  // Errors: INVALID_ARGUMENT slot out of range.
   absl::Status Promote(int64_t slot);
   // Hands a slot back: to the LRU (tail, or head if speculative) when it
   // carries a hash, else to the vacant half (clearing its mark).
-  // REQUIRES: slot in range, not free, not pinned (pins go back through
-  //   ReleasePins, DropReader or Unpin).
+  // Errors: INVALID_ARGUMENT slot out of range; FAILED_PRECONDITION slot
+  //   already free, or pinned (pins go back through ReleasePins, DropReader
+  //   or Unpin).
   absl::Status Release(int64_t slot);
   // Release of a whole set; -1 entries are skipped.
-  // REQUIRES: every entry is -1 or a slot Release accepts; no slot twice.
+  // Errors: INVALID_ARGUMENT an entry (other than -1) out of range, or a
+  //   slot named twice; FAILED_PRECONDITION an entry Release would refuse
+  //   (free or pinned). None is released then.
   absl::Status ReleaseMany(absl::Span<const int64_t> slots);
 
   // ------------------------------ resizing ------------------------------- //
 
   // Adds `count` vacant indices at the top, reusing retired indices'
   // slot_hash entries.
-  // REQUIRES: 0 <= count <= kMaxSlots - num_slots().
+  // Errors: INVALID_ARGUMENT count outside [0, kMaxSlots - num_slots()].
   absl::Status Extend(int64_t count);
   // Gives up the highest index (see SlotRetirement). nullopt when the top
-  // cannot go this pass: pinned, or live with nowhere to move it.
-  // REQUIRES: num_slots() > 0.  Errors: FAILED_PRECONDITION.
+  // cannot go this pass: pinned, or live with nowhere to move it. A live
+  // reservation on the top slot moves with it.
+  // Errors: FAILED_PRECONDITION num_slots() == 0 (the reference returns
+  //   None there).
   absl::StatusOr<std::optional<SlotRetirement>> RetireTop();
 
   // ------------------------------ lookup --------------------------------- //
@@ -244,12 +255,13 @@ class SlotPool {
     return enabled_ && seq.has_per_req_cache;
   }
   // Largest L <= hit with a resumable checkpoint at L blocks (0 always is).
-  // REQUIRES: 0 <= hit <= block_hashes.size(); hashes in [0, 2^63).
+  // Errors: INVALID_ARGUMENT hit outside [0, block_hashes.size()], or a
+  //   negative hash.
   absl::StatusOr<int64_t> ResumableHit(const Sequence& seq, int64_t hit,
                                        absl::Span<const int64_t> block_hashes,
                                        bool assume_checkpointed = false) const;
   // Slot holding the checkpoint for `hash`, or -1.
-  // REQUIRES: hash in [0, 2^63).
+  // Errors: INVALID_ARGUMENT negative hash.
   absl::StatusOr<int64_t> Lookup(int64_t hash) const {
     if (ABSL_PREDICT_FALSE(hash < 0)) return NegativeHash(hash, "lookup: hash");
     if (!enabled_) return -1;
@@ -261,13 +273,13 @@ class SlotPool {
   // Pops a destination per (position, hash), stopping (and counting one
   // drop) at the first the free list cannot fill. Empty when the pool does
   // not apply to `seq` or the transfer is not readable_midstep.
-  // REQUIRES: every hash in [0, 2^63).
+  // Errors: INVALID_ARGUMENT a negative hash.
   absl::StatusOr<std::vector<Reservation>> ReserveMidstep(
       const Sequence& seq,
       absl::Span<const std::pair<int64_t, int64_t>> positions);
   // As above, into the caller's storage; returns how many of `out`'s first
   // entries it filled.
-  // REQUIRES: as above, and out.size() >= positions.size().
+  // Errors: as above, and INVALID_ARGUMENT out.size() < positions.size().
   absl::StatusOr<int64_t> ReserveMidstep(
       const Sequence& seq,
       absl::Span<const std::pair<int64_t, int64_t>> positions,
@@ -275,13 +287,15 @@ class SlotPool {
   // Files each reservation under its hash and frees it as a checkpoint.
   // With `seq`, positions other than its anchor are marked speculative
   // (all of them when it has no anchor); with nullopt none are.
-  // REQUIRES: each entry is exactly a reservation ReserveMidstep returned
-  //   and that was neither published nor cancelled since (same slot,
-  //   position and hash), named once; its slot is not pinned.
+  // Each entry must be exactly a reservation ReserveMidstep returned that
+  // was neither published, cancelled nor released since.
+  // Errors: INVALID_ARGUMENT a slot out of range or named twice;
+  //   FAILED_PRECONDITION a slot holding no outstanding reservation, one
+  //   reserved for another position or hash, or one that is pinned.
   absl::Status PublishMidstep(absl::Span<const Reservation> reservations,
                               const std::optional<Sequence>& seq);
   // Hands reservations back vacant (their forward never ran).
-  // REQUIRES: as PublishMidstep.
+  // Errors: as PublishMidstep.
   absl::Status CancelMidstep(absl::Span<const Reservation> reservations);
 
   // ---------------------------- checkpointing ---------------------------- //
@@ -291,9 +305,10 @@ class SlotPool {
   // Returns the sequence's (state_slot, state_fork_src) afterwards; a call
   // that does not fork (pool not applying, transfer not fork, no committed
   // slot, nothing free: a drop) returns state_slot unchanged and -1.
-  // REQUIRES: hash in [0, 2^63); boundary_blocks >= 0.
-  // REQUIRES: when the call would fork, seq.state_slot is in range and not
-  //   free.
+  // Errors: INVALID_ARGUMENT negative hash or boundary_blocks; and, when
+  //   the pool applies, the transfer forks and seq.state_slot >= 0 (even
+  //   if nothing is free): INVALID_ARGUMENT seq.state_slot out of range,
+  //   FAILED_PRECONDITION seq.state_slot free.
   absl::StatusOr<CheckpointResult> Checkpoint(const Sequence& seq,
                                               int64_t boundary_blocks,
                                               int64_t hash);
@@ -302,26 +317,28 @@ class SlotPool {
   Occupancy GetOccupancy() const;
 
   // Relocation log for the caller's copy engine.
-  // REQUIRES: src and dst index a slot the pool has had (< capacity()).
+  // Errors: INVALID_ARGUMENT src or dst outside [0, capacity()) (an index
+  //   the pool has had).
   absl::Status RecordRelocation(int64_t src, int64_t dst);
   std::vector<std::pair<int64_t, int64_t>> TakeRelocations();
 
   // Drops the checkpoint filed under `hash` (its KV block was evicted),
   // counting an orphan when one was filed. No-op for an unknown hash.
-  // REQUIRES: hash in [0, 2^63).
+  // Errors: INVALID_ARGUMENT negative hash.
   absl::Status Unindex(int64_t hash);
   // Drops every checkpoint hash. Linear in the index size.
   void ClearIndex();
   // Drops `slot`'s checkpoint, if any. No-op when disabled.
-  // REQUIRES: slot in range.
+  // Errors: INVALID_ARGUMENT slot out of range.
   absl::Status Invalidate(int64_t slot);
 
   // -------------------------------- pins --------------------------------- //
 
   // Holds `slot` off the free list until the forward that reads it ran.
-  // REQUIRES: slot in range and not free.
+  // Errors: INVALID_ARGUMENT slot out of range; FAILED_PRECONDITION slot
+  //   free (the reference pins it anyway).
   absl::Status Pin(int64_t slot, bool reader_is_next_batch = false);
-  // REQUIRES (IsPinned, PinCount): slot in range.
+  // Errors: see IsFree.
   absl::StatusOr<bool> IsPinned(int64_t slot) const {
     if (ABSL_PREDICT_FALSE(!InRange(slot))) {
       return SlotOutOfRange(slot, "is_pinned");
@@ -335,12 +352,13 @@ class SlotPool {
     return slots_[slot].pins;
   }
   // Drops one reference without freeing (the caller takes the slot over).
-  // REQUIRES: slot in range and pinned.
+  // Errors: INVALID_ARGUMENT slot out of range; FAILED_PRECONDITION slot
+  //   not pinned.
   absl::Status Unpin(int64_t slot);
   // A reader is gone before it read: drop its pin and free the slot if it
   // was the last. No-op for -1 or an unpinned slot (the pin clock already
   // returned it: the reference's documented backstop).
-  // REQUIRES: slot == -1 or slot in range.
+  // Errors: INVALID_ARGUMENT slot other than -1 out of range.
   absl::Status DropReader(int64_t slot);
   // The pin clock: frees every pinned slot not deferred, in slot order;
   // deferred ones stay pinned one more pass.
@@ -349,11 +367,12 @@ class SlotPool {
   // One caller's share of the pin clock, for a daemon that keeps a clock per
   // session: drops `count` of `slot`'s pins and frees it when none remain
   // (as ReleasePins would).
-  // REQUIRES: slot in range; 1 <= count <= PinCount(slot).
+  // Errors: INVALID_ARGUMENT slot out of range or count < 1;
+  //   FAILED_PRECONDITION count > PinCount(slot).
   absl::Status ReleasePin(int64_t slot, int64_t count);
   // Ends `slot`'s deferral (its next-batch reader has been built), as
   // ReleasePins does for a deferred pin. No-op for a slot not deferred.
-  // REQUIRES: slot in range.
+  // Errors: INVALID_ARGUMENT slot out of range.
   absl::Status EndDeferral(int64_t slot);
 
   // Checkpoints currently indexed (hash_to_slot's size).
@@ -397,17 +416,17 @@ class SlotPool {
   // Files `hash` under the vacant `slot` as a free checkpoint at the LRU
   // tail (speculative: marked so, still at the tail, so a sequence of
   // restores rebuilds a saved LRU order exactly). Counts no fate.
-  // REQUIRES: enabled(); slot in range, free and carrying no hash; hash in
-  //   [0, 2^63) and not filed.
-  // Errors: FAILED_PRECONDITION / INVALID_ARGUMENT naming the violation
-  //   (nothing changes).
+  // Errors: FAILED_PRECONDITION the pool is disabled, the slot is not
+  //   vacant (free and carrying no hash), or the hash is already filed;
+  //   INVALID_ARGUMENT slot out of range or negative hash.
   absl::Status RestoreCheckpoint(int64_t slot, int64_t hash, bool speculative);
 
   // ------------------------------ debugging ------------------------------ //
 
   PoolSnapshot Dump() const;
-  // Verifies every structural invariant (O(capacity)); INTERNAL names the
-  // first broken one. Meant for tests, fuzzers and debug builds.
+  // Verifies every structural invariant (O(capacity)). Meant for tests,
+  // fuzzers and debug builds.
+  // Errors: INTERNAL naming the first broken one.
   absl::Status CheckInvariants() const;
 
  private:

@@ -3,8 +3,8 @@
 // Each pass, a pin clock (SlotPool::ReleasePins, a session's begin_pass)
 // releases its pins in slot order, as the reference's sorted() does: a
 // hundred or more in a big batch. A comparison sort's mispredicted branches
-// cost ~20 ns an element there, a third of a pass's pool time in
-// pool_bench (b), so from 64 records up this is an LSD radix sort on the
+// made it a large share of a pass's pool time (pool_bench (b) measures it),
+// so from 64 records up this is an LSD radix sort on the
 // slot's bytes: one counting pass per byte the largest slot needs (two below
 // 65536 slots, three below 2^24), each O(n + 256). Below 64, std::sort.
 //

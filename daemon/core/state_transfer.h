@@ -28,16 +28,17 @@ enum class TransferKind { kNone, kFork, kReplay, kCopy };
 
 // "none", "fork", "replay", "copy".
 std::string_view TransferKindName(TransferKind kind);
-// Inverse of TransferKindName. INVALID_ARGUMENT names an unknown kind.
+// Inverse of TransferKindName.
+// Errors: INVALID_ARGUMENT naming an unknown kind.
 absl::StatusOr<TransferKind> ParseTransferKind(std::string_view name);
 
 class StateTransfer {
  public:
-  // Validates like the reference's StateTransfer:
-  //   REQUIRES: fork_tokens >= 0.
-  //   REQUIRES: kind == kFork implies fork_tokens > 0.
-  //   REQUIRES: kind == kNone implies fork_tokens == 0 and !readable_midstep.
-  // Errors: INVALID_ARGUMENT naming the violated rule.
+  // Validates like the reference's StateTransfer (which, unlike this,
+  // accepts a negative fork_tokens for replay and copy).
+  // Errors: INVALID_ARGUMENT naming the violated rule: fork_tokens < 0;
+  //   kind == kFork with fork_tokens == 0; kind == kNone with fork_tokens
+  //   != 0 or readable_midstep.
   static absl::StatusOr<StateTransfer> Create(TransferKind kind,
                                               int64_t fork_tokens,
                                               bool readable_midstep);

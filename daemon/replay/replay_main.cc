@@ -1,7 +1,7 @@
-// statecache-replay: runs a pool trace (shared/reference/TRACE_FORMAT.md) read
-// on stdin through the C++ SlotPool and prints one normalised result line per
-// input line on stdout, so its output can be compared byte for byte with the
-// reference's run_trace.py.
+// statecache-replay: runs a pool trace (docs/trace_format.md) read on stdin
+// through the C++ SlotPool and prints one normalised result line per input
+// line on stdout, so its output can be compared byte for byte with the
+// reference pool's (docs/pool_rules.md) trace runner.
 //
 //   statecache-replay [--timing] [--host_tier=N --tier_log=FILE]
 //       < TRACE.jsonl > RESULTS.jsonl

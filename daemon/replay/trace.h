@@ -1,7 +1,6 @@
-// Pool traces: parsing one JSON line of a trace (shared/reference/
-// TRACE_FORMAT.md) into a typed call, running it on a SlotPool, and printing
-// the result exactly as the reference's run_trace.py does (sorted keys, no
-// spaces).
+// Pool traces: parsing one JSON line of a trace (docs/trace_format.md) into
+// a typed call, running it on a SlotPool, and printing the result exactly as
+// the reference's trace runner does (sorted keys, no spaces).
 //
 // Parsing is strict in the same places the reference runner is: every
 // argument the format lists must be present with its JSON type (an int is not

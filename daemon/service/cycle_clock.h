@@ -34,7 +34,7 @@ class CycleClock {
   }
 
   // Seconds per tick. The first call on a TSC calibrates against
-  // steady_clock for about 2 ms; call it before timing anything (the
+  // steady_clock for a few milliseconds; call it before timing anything (the
   // StateCache does when an observer first asks for operation timings).
   static double SecondsPerTick();
 

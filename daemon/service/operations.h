@@ -71,7 +71,8 @@ using OperationScratchPtr =
 OperationScratchPtr NewOperationScratch();
 
 // Runs one list-form operation.
-// REQUIRES: op.kind_case() != KIND_NOT_SET.
+// Errors: INVALID_ARGUMENT no kind set; else the operation's own refusal
+//   (the .proto lists each kind's).
 absl::Status RunOperation(OperationContext& context, const v1::Operation& op,
                           v1::OperationResult* result);
 
@@ -79,6 +80,9 @@ absl::Status RunOperation(OperationContext& context, const v1::Operation& op,
 // message of its kind, run, its result written packed (or its refusal).
 // REQUIRES: the pass passed ValidatePackedOperations; `kind` is the next
 // operation's.
+// Errors: the operation's own refusal (the .proto lists each kind's);
+//   INTERNAL for a kind no handler serves (ValidatePackedOperations lets
+//   none through).
 absl::Status RunPackedOperation(OperationContext& context,
                                 v1::Operation::KindCase kind,
                                 PackedOperationReader& reader,

@@ -34,8 +34,9 @@ class ResizeObserver {
 };
 
 // Grows the pool to `target` now, telling the observers.
-// REQUIRES: target > memory.num_slots().
-// Errors: the memory's (nothing changed).
+// Errors: SlotMemory::Grow's (nothing changed): INVALID_ARGUMENT target
+//   outside (memory.num_slots(), kMaxSlots]; the device's when the state
+//   memory cannot grow.
 absl::Status GrowPool(SlotMemory& memory, int64_t target,
                       absl::Span<ResizeObserver* const> observers);
 

@@ -83,12 +83,22 @@ void AddReader(Session& session, int64_t slot, Request* request, bool deferred);
 // The session's begin_pass: deferred pins survive one more tick; the rest
 // go back to the pool in slot order (as the reference's release_pins), and
 // their readers forget them. Returns how many pins went back.
-// Errors: INTERNAL when the pool disagrees with the session's pins (a bug).
+// Errors: only when the pool disagrees with the session's pins (a bug): the
+//   pool's INVALID_ARGUMENT (a pinned slot out of range, or a pin count
+//   below 1) or FAILED_PRECONDITION (the pool holds fewer pins than the
+//   session counts). A failed deferral ends the tick there. After a failed
+//   return no later pin goes back to the pool, but the session forgets them
+//   all (they stay pinned in the pool).
 absl::StatusOr<int32_t> TickPinClock(SlotMemory& memory, Session& session,
                                      PinScratch& scratch);
 
 // Returns everything `request` holds to the pool, its pin on a fork source
 // included. The request stays in the session (the caller erases it).
+// Errors: SlotMemory::Release's, all of them a request and pool that
+//   disagree (a bug): INVALID_ARGUMENT or FAILED_PRECONDITION (its
+//   reservations are not the pool's; the pool unchanged) or INTERNAL (the
+//   release failed part way). Either way the session's count of held slots
+//   and its pin on the fork source are left as they were.
 absl::Status ReleaseRequest(SlotMemory& memory, Session& session,
                             Request& request);
 
@@ -96,6 +106,10 @@ absl::Status ReleaseRequest(SlotMemory& memory, Session& session,
 // (so what the pool files, and its LRU order, does not depend on hash-map
 // order), then the pins its clock holds, in slot order. Returns how many
 // requests were released; the session is left empty.
+// Errors: the first failure of ReleaseRequest or of returning a pin (the
+//   pool's INVALID_ARGUMENT or FAILED_PRECONDITION, or INTERNAL: a bug,
+//   see TickPinClock and ReleaseRequest). Everything else is still given
+//   back and the session is still left empty.
 absl::StatusOr<int32_t> ReleaseSession(SlotMemory& memory, Session& session,
                                        PinScratch& scratch);
 
@@ -105,6 +119,12 @@ absl::StatusOr<int32_t> ReleaseSession(SlotMemory& memory, Session& session,
 // reservations and are moved out, in admission order, for the caller to
 // release after the fence (their `session` is null from here). The session
 // is left empty.
+// Errors: the first failure of dropping a request's fork-source pin
+//   (INVALID_ARGUMENT, the source out of the pool's range) or of returning
+//   the clock's pins (as TickPinClock's); either is a bug. Every step still
+//   runs and the session is left empty, but the requests moved out are
+//   destroyed with the error: their slots and reservations stay held in
+//   the pool, by nobody.
 absl::StatusOr<std::vector<std::unique_ptr<Request>>> FenceSession(
     SlotMemory& memory, Session& session, PinScratch& scratch);
 

@@ -82,10 +82,10 @@ struct StateCacheOptions {
   // When an observer wants operation timings: time about one Step operation
   // in this many, chosen at random (operation_timing.h); 1 times every one.
   // A clock read costs about what a cheap operation does. Counts and
-  // refusals are exact either way. REQUIRES: >= 1.
+  // refusals are exact either way. At least 1 (Create refuses less).
   int32_t operation_timing_interval = 16;
   // Room for the host tier's checkpoint images (SlotMemory's host tier);
-  // 0 = off. REQUIRES: a device when > 0.
+  // 0 = off. Needs a device when > 0 (Create refuses it without one).
   uint64_t host_tier_bytes = 0;
   // Slots one session may keep from the others at once: its requests' slots
   // and midstep reservations and the fork sources its pin clock holds (an
@@ -106,7 +106,8 @@ struct StateCacheOptions {
   Clock* clock = nullptr;  // nullptr = Clock::Real()
   // The state memory and its copy engine; null = slot decisions only (no
   // bytes: Attach carries no memory, copy/snapshot are refused, relocations
-  // are bookkeeping). REQUIRES: device->num_slots() == num_slots.
+  // are bookkeeping). Its num_slots() must be num_slots (Create refuses
+  // another).
   std::shared_ptr<Device> device;
 };
 
@@ -131,8 +132,15 @@ class StateCacheObserver : public ResumeObserver,
 
 class StateCache {
  public:
-  // REQUIRES: options.num_slots, transfer and identity valid (num_slots in
-  // [1, max_slots], hash_block_size >= 1, transfer not copy).
+  // Errors: INVALID_ARGUMENT num_slots outside [1, max_slots], max_slots
+  //   above kMaxSlots, a lease_ttl not positive, max_hashes_per_step,
+  //   max_operations_per_step or operation_timing_interval below 1, a
+  //   negative quarantine, max_slots_per_session, max_sessions or
+  //   identity.num_spec, identity.hash_block_size below 1, a copy transfer,
+  //   or a device whose num_slots() is not num_slots; the host tier's
+  //   (SlotMemory::ResizeHostTier: FAILED_PRECONDITION host_tier_bytes
+  //   without a device or under a replay transfer, INVALID_ARGUMENT room for
+  //   no slot, RESOURCE_EXHAUSTED or INTERNAL the memory cannot be had).
   static absl::StatusOr<std::unique_ptr<StateCache>> Create(
       StateCacheOptions options);
   ~StateCache();
@@ -164,11 +172,15 @@ class StateCache {
                       const Peer& peer = Peer::InProcess())
       ABSL_LOCKS_EXCLUDED(mu_);
   // Errors: NOT_FOUND (unknown or expired session), PERMISSION_DENIED
-  // (another principal's session).
+  // (another principal's session); ReleaseSession's codes (sessions.h)
+  // when giving its holdings back fails (a bug: the session is ended all
+  // the same).
   absl::Status Detach(const v1::DetachRequest& request,
                       v1::DetachResponse* response,
                       const Peer& peer = Peer::InProcess())
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Errors: NOT_FOUND (unknown or expired session), PERMISSION_DENIED
+  // (another principal's session).
   absl::Status KeepAlive(const v1::KeepAliveRequest& request,
                          v1::KeepAliveResponse* response,
                          const Peer& peer = Peer::InProcess())
@@ -199,7 +211,9 @@ class StateCache {
                             const Peer& peer = Peer::InProcess())
       ABSL_LOCKS_EXCLUDED(mu_);
   // Errors: PERMISSION_DENIED; INVALID_ARGUMENT (both handle and
-  // session_id); NOT_FOUND (no such session, or neither given).
+  // session_id); NOT_FOUND (no such session, or neither given); as Detach
+  // when giving its holdings back fails (FenceSession's codes with a
+  // quarantine).
   absl::Status EvictSession(const v1::EvictSessionRequest& request,
                             v1::EvictSessionResponse* response,
                             const Peer& peer = Peer::InProcess())
@@ -245,6 +259,8 @@ class StateCache {
   absl::Status EnableChecksums() ABSL_LOCKS_EXCLUDED(mu_);
   // The checkpoints as they are now (sealed first), and the region their
   // bytes are in.
+  // Errors: FAILED_PRECONDITION without state memory; the device's when
+  // sealing fails (SlotMemory::SealCheckpoints).
   struct Checkpoints {
     SlotMemory::Saved saved;
     RegionExport region;
@@ -253,14 +269,18 @@ class StateCache {
   // Shutdown, for a backend whose memory dies with the process: the images
   // of `device` (SlotMemory::ReadCheckpointImages; `device` keeps the
   // ones that still match their checksums).
+  // Errors: SlotMemory::ReadCheckpointImages's (FAILED_PRECONDITION without
+  // state memory; the device's).
   absl::StatusOr<std::unique_ptr<HostStaging>> ReadCheckpointImages(
       std::vector<SlotMemory::SavedCheckpoint>& device)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Shutdown: the tier's images (SlotMemory::CopyTierImages).
   std::string CopyTierImages(std::vector<SlotMemory::SavedCheckpoint>& tier)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // Brings checkpoints back (SlotMemory::Restore).
-  // REQUIRES: nothing attached or held yet (before serving).
+  // Brings checkpoints back (SlotMemory::Restore), before serving.
+  // Errors: FAILED_PRECONDITION a session is attached already;
+  // SlotMemory::Restore's (FAILED_PRECONDITION without state memory or with
+  // anything held or filed; INVALID_ARGUMENT; the device's).
   absl::StatusOr<SlotMemory::RestoreCounts> RestoreCheckpoints(
       absl::Span<const SlotMemory::RestoreImage> device,
       absl::Span<const SlotMemory::RestoreImage> tier) ABSL_LOCKS_EXCLUDED(mu_);
@@ -278,6 +298,9 @@ class StateCache {
   // readers) and pending moves, sessions and requests in id order. Leases
   // (renewed by any call) are left out. O(pool + requests).
   std::string DebugDump() const ABSL_LOCKS_EXCLUDED(mu_);
+  // For tests: the pool's invariants, and that the sessions' requests and
+  // pins agree with the pool and the owner table.
+  // Errors: INTERNAL naming the first broken one.
   absl::Status CheckInvariants() const ABSL_LOCKS_EXCLUDED(mu_);
   // For tests: Steps waiting for their session's turn (fair_share).
   int StepsWaitingForTurn() const { return turns_.waiting(); }

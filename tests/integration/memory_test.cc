@@ -137,16 +137,22 @@ class MemoryTest : public ::testing::Test {
   std::optional<HostRegion> mapped_;
 };
 
-TEST_F(MemoryTest, TheRegionIsOpenToTheSocketsGroupByDefault) {
-  // Engines join through the socket's group (mode 0660, as deploy/ sets
-  // up), so the region they map must be open to that group too.
-  struct stat socket_st {};
+TEST_F(MemoryTest, TheRegionFollowsTheSocketsDirectory) {
+  // Engines reach the socket through its directory's group, so the region
+  // they map is open to that group when the directory lets the group in,
+  // and closed to it otherwise. This daemon's directory is private (0700):
+  // only the daemon's user may reach the socket, and map the state.
+  // (python.access: a shared directory, mapped by a second uid.)
+  struct stat dir_st {};
   struct stat region_st {};
   ASSERT_EQ(::stat(("/dev/shm" + region_.handle).c_str(), &region_st), 0);
-  ASSERT_EQ(::stat(daemon_->socket_path().c_str(), &socket_st), 0);
-  EXPECT_EQ(region_st.st_mode & 0777, 0660u);
-  EXPECT_EQ(socket_st.st_mode & 0777, 0660u);
-  EXPECT_EQ(region_st.st_gid, socket_st.st_gid);
+  const std::string& socket = daemon_->socket_path();
+  const std::string dir = socket.substr(0, socket.rfind('/'));
+  ASSERT_EQ(::stat(dir.c_str(), &dir_st), 0);
+  ASSERT_EQ(dir_st.st_mode & 0070, 0u);
+  EXPECT_EQ(region_st.st_mode & 0777, 0600u);
+  EXPECT_EQ(region_st.st_uid, ::geteuid());
+  EXPECT_EQ(region_st.st_gid, ::getegid());
 }
 
 TEST_F(MemoryTest, CheckpointThenResumeReadsTheCheckpointedBytes) {
