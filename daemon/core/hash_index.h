@@ -130,8 +130,8 @@ class HashIndex {
   // more. A new key's insert needs only the tags to find its bucket, but
   // writing the bucket at once would stall on it: x86 commits stores in
   // order, so one store waiting on memory for its line soon fills the
-  // store buffer and stops the core. Each is held here (its tag already set, its
-  // line being fetched) until kMaxPending later inserts have passed; every
+  // store buffer and stops the core. Each is held here (its tag already set,
+  // its line being fetched) until kMaxPending later inserts have passed; every
   // read and move of a bucket looks here first.
   static constexpr size_t kNoBucket = ~size_t{0};
   struct PendingWrite {
