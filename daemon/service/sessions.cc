@@ -198,7 +198,10 @@ absl::StatusOr<int32_t> TickPinClock(SlotMemory& memory, Session& session,
   int32_t released = 0;
   absl::Status status;
   for (const auto& [slot, pin] : scratch.returned) {
-    if (status.ok()) status = memory.ReturnPins(slot, pin->count);
+    // Every pin goes back even after a failure: the session forgets them
+    // all below, so one skipped would stay pinned in the pool for good.
+    absl::Status returned = memory.ReturnPins(slot, pin->count);
+    if (status.ok()) status = returned;
     released += pin->count;
     // Its readers forget it: the slot may be handed to someone else now.
     for (Request* reader : pin->readers) reader->fork_src = -1;
@@ -285,10 +288,10 @@ absl::StatusOr<int32_t> ReleaseSession(SlotMemory& memory, Session& session,
   return released;
 }
 
-absl::StatusOr<std::vector<std::unique_ptr<Request>>> FenceSession(
-    SlotMemory& memory, Session& session, PinScratch& scratch) {
+absl::Status FenceSession(SlotMemory& memory, Session& session,
+                          PinScratch& scratch,
+                          std::vector<std::unique_ptr<Request>>& fenced) {
   absl::Status status;
-  std::vector<std::unique_ptr<Request>> fenced;
   for (Request* request : InAdmissionOrder(session)) {
     // Its read of a fork source is over: the pin goes now, with the rest.
     auto pin = request->fork_src >= 0 ? session.pins.find(request->fork_src)
@@ -310,8 +313,7 @@ absl::StatusOr<std::vector<std::unique_ptr<Request>>> FenceSession(
   session.held_slots = 0;
   absl::Status pins = ReturnAllPins(memory, session, scratch);
   if (status.ok()) status = pins;
-  RETURN_IF_ERROR(status);
-  return fenced;
+  return status;
 }
 
 absl::StatusOr<Request*> FindRequest(Session& session, absl::string_view id) {

@@ -86,9 +86,8 @@ void AddReader(Session& session, int64_t slot, Request* request, bool deferred);
 // Errors: only when the pool disagrees with the session's pins (a bug): the
 //   pool's INVALID_ARGUMENT (a pinned slot out of range, or a pin count
 //   below 1) or FAILED_PRECONDITION (the pool holds fewer pins than the
-//   session counts). A failed deferral ends the tick there. After a failed
-//   return no later pin goes back to the pool, but the session forgets them
-//   all (they stay pinned in the pool).
+//   session counts). A failed deferral ends the tick there; after a failed
+//   return the others still go back, and the first failure is returned.
 absl::StatusOr<int32_t> TickPinClock(SlotMemory& memory, Session& session,
                                      PinScratch& scratch);
 
@@ -116,17 +115,17 @@ absl::StatusOr<int32_t> ReleaseSession(SlotMemory& memory, Session& session,
 // Fences what the session holds, for a session whose engine may still be
 // writing: its pins go back as ReleaseSession returns them (a read that
 // lands late harms nobody), but its requests keep their slots and
-// reservations and are moved out, in admission order, for the caller to
-// release after the fence (their `session` is null from here). The session
-// is left empty.
+// reservations and are moved out into `fenced`, in admission order, for the
+// caller to release after the fence (their `session` is null from here).
+// The session is left empty, and `fenced` holds every request whatever is
+// returned: what they hold stays accounted for.
 // Errors: the first failure of dropping a request's fork-source pin
 //   (INVALID_ARGUMENT, the source out of the pool's range) or of returning
 //   the clock's pins (as TickPinClock's); either is a bug. Every step still
-//   runs and the session is left empty, but the requests moved out are
-//   destroyed with the error: their slots and reservations stay held in
-//   the pool, by nobody.
-absl::StatusOr<std::vector<std::unique_ptr<Request>>> FenceSession(
-    SlotMemory& memory, Session& session, PinScratch& scratch);
+//   runs.
+absl::Status FenceSession(SlotMemory& memory, Session& session,
+                          PinScratch& scratch,
+                          std::vector<std::unique_ptr<Request>>& fenced);
 
 // The session's request `id`.
 // Errors: NOT_FOUND naming it.

@@ -180,16 +180,15 @@ absl::StatusOr<int32_t> StateCache::EndSession(const std::string& id,
   if (how != SessionEnd::kDetached &&
       options_.quarantine > absl::ZeroDuration()) {
     // Its engine may still be writing: fence its slots (see ReleaseFenced).
-    absl::StatusOr<std::vector<std::unique_ptr<Request>>> fenced =
-        FenceSession(memory_, *session, pins_);
-    if (fenced.ok()) {
-      released = static_cast<int32_t>(fenced->size());
-      const absl::Time until = clock_->Now() + options_.quarantine;
-      for (std::unique_ptr<Request>& request : *fenced) {
-        fenced_.push_back(Fenced{until, std::move(request)});
-      }
-    } else {
-      released = fenced.status();
+    std::vector<std::unique_ptr<Request>> fenced;
+    const absl::Status st = FenceSession(memory_, *session, pins_, fenced);
+    released =
+        st.ok() ? absl::StatusOr<int32_t>(static_cast<int32_t>(fenced.size()))
+                : absl::StatusOr<int32_t>(st);
+    // Kept whatever the status: they still hold their slots.
+    const absl::Time until = clock_->Now() + options_.quarantine;
+    for (std::unique_ptr<Request>& request : fenced) {
+      fenced_.push_back(Fenced{until, std::move(request)});
     }
   } else {
     released = ReleaseSession(memory_, *session, pins_);
