@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <grpcpp/server_posix.h>
+#include <malloc.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -11,6 +12,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
@@ -29,6 +31,33 @@ namespace statecache {
 namespace {
 
 constexpr int kBacklog = 1024;
+// RFC 9113, section 3.4: what every HTTP/2 client sends first.
+constexpr absl::string_view kHttp2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+// Connections accepted at most per readiness of a listener.
+constexpr int kAcceptBatch = 64;
+// A connection that sent part of the preface is looked at again this soon.
+constexpr std::chrono::milliseconds kPrefaceRecheck(20);
+// How often the connections' abandoned streams are looked at: an abuser
+// pins what it abandons in one or two of these before it is shut.
+constexpr std::chrono::milliseconds kResetCheck(50);
+
+// The name gRPC gives a TLS connection's peer ("ipv4:A:P", "ipv6:[A]:P"),
+// which its channelz socket carries; empty if unknown.
+std::string TcpPeerName(int fd) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    return "";
+  }
+  char host[NI_MAXHOST];
+  char port[NI_MAXSERV];
+  if (::getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, host, sizeof(host),
+                    port, sizeof(port), NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+    return "";
+  }
+  return addr.ss_family == AF_INET6 ? absl::StrCat("ipv6:[", host, "]:", port)
+                                    : absl::StrCat("ipv4:", host, ":", port);
+}
 
 absl::Status Errno(absl::string_view what, const std::string& address) {
   return absl::UnavailableError(
@@ -180,7 +209,10 @@ ConnectionGate::ConnectionGate(
       peers_(peers),
       tls_(tls),
       listeners_(std::move(listeners)),
-      options_(options) {}
+      options_(options),
+      reset_watch_(StreamResetWatch::Options{
+          .max_resets_per_second = options.max_resets_per_second,
+          .max_open_streams = options.max_open_streams}) {}
 
 ConnectionGate::~ConnectionGate() { Stop(); }
 
@@ -203,6 +235,7 @@ absl::Status ConnectionGate::Start() {
 
 void ConnectionGate::Stop() {
   if (thread_.joinable()) {
+    stopping_.store(true);
     const char byte = 0;
     while (::write(wake_write_, &byte, 1) < 0 && errno == EINTR) {
     }
@@ -222,48 +255,215 @@ void ConnectionGate::Stop() {
     if (*fd >= 0) ::close(*fd);
     *fd = -1;
   }
+  for (const Pending& pending : pending_) ::close(pending.fd);
+  pending_.clear();
 }
 
 void ConnectionGate::Run() {
   std::vector<pollfd> fds;
-  for (const ListeningSocket& listener : listeners_) {
-    fds.push_back(pollfd{.fd = listener.fd, .events = POLLIN, .revents = 0});
-  }
-  fds.push_back(pollfd{.fd = wake_read_, .events = POLLIN, .revents = 0});
   for (;;) {
     // Without a reserve descriptor a waiting connection cannot be shed, so
-    // the listeners would stay readable: wait on the wake pipe alone a
-    // while, then try to get the reserve back.
+    // the listeners would stay readable: wait on the wake pipe and the
+    // pending connections a while, then try to get the reserve back.
     const bool have_reserve = reserve_fd_ >= 0;
-    const int n =
-        ::poll(have_reserve ? fds.data() : &fds.back(),
-               have_reserve ? fds.size() : 1, have_reserve ? -1 : 100);
+    fds.clear();
+    fds.push_back(pollfd{.fd = wake_read_, .events = POLLIN, .revents = 0});
+    const size_t first_listener = fds.size();
+    if (have_reserve) {
+      for (const ListeningSocket& listener : listeners_) {
+        fds.push_back(
+            pollfd{.fd = listener.fd, .events = POLLIN, .revents = 0});
+      }
+    }
+    const size_t first_pending = fds.size();
+    Clock::time_point now = Clock::now();
+    Clock::time_point wake = Clock::time_point::max();
+    for (const Pending& pending : pending_) {
+      // One waiting for the rest of its preface is readable already: it is
+      // looked at on its recheck time, not polled (that would spin).
+      const bool polled = pending.recheck == Clock::time_point();
+      fds.push_back(pollfd{
+          .fd = polled ? pending.fd : -1, .events = POLLIN, .revents = 0});
+      wake = std::min(wake, pending.deadline);
+      if (!polled) wake = std::min(wake, pending.recheck);
+    }
+    if (!have_reserve) {
+      wake = std::min(wake, now + std::chrono::milliseconds(100));
+    }
+    const bool watching = options_.max_resets_per_second > 0 && !live_.empty();
+    if (watching) wake = std::min(wake, next_reset_check_);
+    int timeout_ms = -1;
+    if (wake != Clock::time_point::max()) {
+      timeout_ms = static_cast<int>(std::clamp<int64_t>(
+          std::chrono::ceil<std::chrono::milliseconds>(wake - now).count(), 0,
+          60'000));
+    }
+    const int n = ::poll(fds.data(), fds.size(), timeout_ms);
     if (n < 0 && errno != EINTR) {
       LOG_ERROR("accept loop: poll: %s", std::strerror(errno));
       return;
     }
-    if (fds.back().revents != 0) return;  // Stop
+    if (stopping_.load()) return;
+    if (n < 0) continue;
+    now = Clock::now();
+    if (watching && now >= next_reset_check_) ShutAbusers(now);
+    // The pending ones first: accepting may make one of them give way.
+    ServePending(fds, first_pending, now);
     if (!have_reserve) {
       reserve_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    } else {
+      for (size_t i = 0; i < listeners_.size(); ++i) {
+        if (fds[first_listener + i].revents != 0) AcceptOn(listeners_[i]);
+      }
+    }
+  }
+}
+
+ConnectionGate::Shown ConnectionGate::Inspect(Pending& pending,
+                                              Clock::time_point now) const {
+  // A TLS connection starts with a handshake record (content type 22);
+  // gRPC's handshake timeout bounds the rest of the handshake.
+  static constexpr char kTlsHandshake[] = {0x16};
+  const bool tls =
+      pending.listener->kind == ListeningSocket::Kind::kTcp && tls_ != nullptr;
+  const absl::string_view want =
+      tls ? absl::string_view(kTlsHandshake, 1) : kHttp2Preface;
+  char seen[kHttp2Preface.size()];
+  ssize_t n;
+  do {
+    n = ::recv(pending.fd, seen, want.size(), MSG_PEEK | MSG_DONTWAIT);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) {
+    return errno == EAGAIN || errno == EWOULDBLOCK ? Shown::kNotYet
+                                                   : Shown::kBad;
+  }
+  if (n == 0) return Shown::kBad;  // closed before speaking
+  if (absl::string_view(seen, n) != want.substr(0, n)) return Shown::kBad;
+  if (static_cast<size_t>(n) < want.size()) {
+    pending.recheck = now + kPrefaceRecheck;
+    return Shown::kNotYet;
+  }
+  return Shown::kProtocol;
+}
+
+void ConnectionGate::ServePending(const std::vector<pollfd>& fds, size_t first,
+                                  Clock::time_point now) {
+  static RateLimitedWarning silent_warning;
+  static RateLimitedWarning bad_warning;
+  // fds[first + i] is pending_[i] as it was when polled; AcceptOn has not
+  // run since, so the order still holds.
+  std::deque<Pending> kept;
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    Pending& pending = pending_[i];
+    const bool readable = first + i < fds.size() && fds[first + i].revents != 0;
+    const bool recheck_due =
+        pending.recheck != Clock::time_point() && pending.recheck <= now;
+    Shown shown = Shown::kNotYet;
+    if (readable || recheck_due) {
+      pending.recheck = Clock::time_point();
+      shown = Inspect(pending, now);
+    }
+    if (shown == Shown::kProtocol) {
+      HandOver(pending);
       continue;
     }
-    for (size_t i = 0; i < listeners_.size(); ++i) {
-      if (fds[i].revents != 0) AcceptOn(listeners_[i]);
+    if (shown == Shown::kBad) {
+      ::close(pending.fd);
+      closed_bad_preface_.fetch_add(1);
+      if (bad_warning.ShouldLog()) {
+        LOG_WARNING("closing connections that do not start with %s (%d so far)",
+                    tls_ != nullptr ? "a TLS handshake" : "the HTTP/2 preface",
+                    closed_bad_preface_.load());
+      }
+      continue;
     }
+    if (pending.deadline <= now) {
+      ::close(pending.fd);
+      closed_silent_.fetch_add(1);
+      if (silent_warning.ShouldLog()) {
+        LOG_WARNING(
+            "closing connections silent for the handshake timeout "
+            "(--handshake_timeout_ms=%d; %d so far)",
+            absl::ToInt64Milliseconds(options_.handshake_timeout),
+            closed_silent_.load());
+      }
+      continue;
+    }
+    kept.push_back(std::move(pending));
+  }
+  pending_ = std::move(kept);
+}
+
+void ConnectionGate::HandOver(const Pending& pending) {
+  const int fd = pending.fd;
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    ::close(fd);
+    return;
+  }
+  // A number gRPC closed and accept reused: the old entry is stale.
+  SweepClosed();
+  live_.push_back(Live{fd, st.st_dev, st.st_ino});
+  const bool tls =
+      pending.listener->kind == ListeningSocket::Kind::kTcp && tls_ != nullptr;
+  accepted_.fetch_add(1);
+  if (options_.max_resets_per_second > 0) {
+    reset_watch_.Watch(fd, tls ? TcpPeerName(fd) : absl::StrCat("fd:", fd));
+  }
+  if (tls) {
+    grpc::experimental::ExternalConnectionAcceptor::NewConnectionParameters
+        params;
+    params.listener_fd = pending.listener->fd;
+    params.fd = fd;
+    tls_->HandleNewConnection(&params);
+  } else {
+    // Recorded before gRPC can read a byte of it: its first call finds it.
+    peers_->Record(fd, pending.peer);
+    grpc::AddInsecureChannelFromFd(server_, fd);
   }
 }
 
 size_t ConnectionGate::SweepClosed() {
   size_t kept = 0;
+  const int shut_before = shut_open_;
   for (const Live& live : live_) {
     struct stat st;
     if (::fstat(live.fd, &st) == 0 && st.st_dev == live.dev &&
         st.st_ino == live.ino) {
       live_[kept++] = live;
+      continue;
     }
+    reset_watch_.Forget(live.fd);
+    if (live.shut) --shut_open_;
   }
   live_.resize(kept);
+  // glibc keeps what an abuser's calls freed for reuse; a burst of them
+  // would stay resident for good.
+  if (shut_before > 0 && shut_open_ == 0) ::malloc_trim(0);
   return kept;
+}
+
+void ConnectionGate::ShutAbusers(Clock::time_point now) {
+  static RateLimitedWarning warning;
+  next_reset_check_ = now + kResetCheck;
+  SweepClosed();
+  for (const int fd : reset_watch_.Check(absl::Now())) {
+    auto live = std::find_if(live_.begin(), live_.end(),
+                             [fd](const Live& l) { return l.fd == fd; });
+    if (live == live_.end() || live->shut) continue;
+    // gRPC owns the descriptor: shut, not closed, so the number stays
+    // gRPC's until it closes the transport and with it the calls.
+    ::shutdown(fd, SHUT_RDWR);
+    live->shut = true;
+    ++shut_open_;
+    closed_rapid_reset_.fetch_add(1);
+    if (warning.ShouldLog()) {
+      LOG_WARNING(
+          "closing a connection that abandons HTTP/2 streams faster than "
+          "--max_resets_per_second=%d (rapid reset; %d so far)",
+          options_.max_resets_per_second, closed_rapid_reset_.load());
+    }
+  }
 }
 
 void ConnectionGate::ShedOneWithReserve(int listen_fd) {
@@ -288,31 +488,41 @@ void ConnectionGate::ShedOneWithReserve(int listen_fd) {
 
 void ConnectionGate::AcceptOn(const ListeningSocket& listener) {
   static RateLimitedWarning over_cap_warning;
-  for (;;) {
+  // A bounded batch, then back to Run: the pending connections (whose
+  // descriptors may be what ran out) are served between batches.
+  for (int batch = 0; batch < kAcceptBatch; ++batch) {
     const int fd =
         ::accept4(listener.fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       if (errno == EMFILE || errno == ENFILE) {
         ShedOneWithReserve(listener.fd);
-        if (reserve_fd_ < 0) return;  // Run waits, then retries
-        continue;
+        return;  // Run retries (after a wait if the reserve is gone)
       }
       if (errno != EAGAIN && errno != EWOULDBLOCK) {
         LOG_WARNING("accept: %s", std::strerror(errno));
       }
       return;
     }
-    if (SweepClosed() >= static_cast<size_t>(options_.max_connections)) {
-      ::close(fd);
-      refused_over_cap_.fetch_add(1);
-      if (over_cap_warning.ShouldLog()) {
-        LOG_WARNING(
-            "%d connections open, the limit (--max_connections): closing new "
-            "ones (%d so far)",
-            options_.max_connections, refused_over_cap_.load());
+    if (SweepClosed() + pending_.size() >=
+        static_cast<size_t>(options_.max_connections)) {
+      if (!pending_.empty()) {
+        // The oldest connection yet to speak makes way: a flood of silent
+        // connections cannot keep out one that speaks at once.
+        ::close(pending_.front().fd);
+        pending_.pop_front();
+        closed_silent_.fetch_add(1);
+      } else {
+        ::close(fd);
+        refused_over_cap_.fetch_add(1);
+        if (over_cap_warning.ShouldLog()) {
+          LOG_WARNING(
+              "%d connections open, the limit (--max_connections): closing "
+              "new ones (%d so far)",
+              options_.max_connections, refused_over_cap_.load());
+        }
+        continue;
       }
-      continue;
     }
     Peer peer = Peer::Anonymous();
     if (listener.kind == ListeningSocket::Kind::kUnix) {
@@ -329,25 +539,19 @@ void ConnectionGate::AcceptOn(const ListeningSocket& listener) {
       const int one = 1;
       ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     }
-    struct stat st;
-    if (::fstat(fd, &st) != 0) {
-      ::close(fd);
-      continue;
-    }
-    // A number gRPC closed and accept reused: the old entry is stale.
-    std::erase_if(live_, [fd](const Live& live) { return live.fd == fd; });
-    live_.push_back(Live{fd, st.st_dev, st.st_ino});
-    accepted_.fetch_add(1);
-    if (listener.kind == ListeningSocket::Kind::kTcp && tls_ != nullptr) {
-      grpc::experimental::ExternalConnectionAcceptor::NewConnectionParameters
-          params;
-      params.listener_fd = listener.fd;
-      params.fd = fd;
-      tls_->HandleNewConnection(&params);
+    Pending pending{.fd = fd,
+                    .listener = &listener,
+                    .peer = peer,
+                    .deadline = Clock::now() + absl::ToChronoNanoseconds(
+                                                   options_.handshake_timeout),
+                    .recheck = Clock::time_point()};
+    // A client usually writes its first bytes with its connect: look now,
+    // saving a trip through poll.
+    if (Inspect(pending, Clock::now()) == Shown::kProtocol) {
+      HandOver(pending);
     } else {
-      // Recorded before gRPC can read a byte of it: its first call finds it.
-      peers_->Record(fd, peer);
-      grpc::AddInsecureChannelFromFd(server_, fd);
+      // Bad bytes or an early close are found by the next poll.
+      pending_.push_back(std::move(pending));
     }
   }
 }

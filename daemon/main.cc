@@ -108,6 +108,17 @@ ABSL_FLAG(int32_t, max_connections, 0,
           "Client connections open at once; one past it is closed on "
           "arrival. 0 = half the file-descriptor limit (RLIMIT_NOFILE), at "
           "most 1024.");
+ABSL_FLAG(int64_t, handshake_timeout_ms, 10000,
+          "A new connection that has not sent the HTTP/2 preface (or, over "
+          "TLS, completed its handshake) within this many milliseconds is "
+          "closed. Until then it counts against --max_connections, and at "
+          "the cap the oldest such connection makes way for a new one. "
+          "10 to 600000.");
+ABSL_FLAG(int64_t, max_resets_per_second, 1000,
+          "HTTP/2 streams a second one connection may open and abandon "
+          "(reset or cancel before the reply) before the daemon closes it: "
+          "the rapid-reset defence (CVE-2023-44487), which Debian's gRPC "
+          "lacks. 0 = no limit.");
 ABSL_FLAG(int64_t, num_slots, 1024, "Slots in the pool at start.");
 ABSL_FLAG(int64_t, max_slots, 0,
           "Largest pool a Resize may ask for; 0 = as many slots as this "
@@ -636,6 +647,8 @@ ServingOptions ServingOptionsFromFlags(std::string listen) {
       .max_connections = max_connections,
       .max_streams_per_connection =
           std::max(1, absl::GetFlag(FLAGS_max_streams_per_connection)),
+      .handshake_timeout_ms = absl::GetFlag(FLAGS_handshake_timeout_ms),
+      .max_resets_per_second = absl::GetFlag(FLAGS_max_resets_per_second),
       .tls_cert = absl::GetFlag(FLAGS_tls_cert),
       .tls_key = absl::GetFlag(FLAGS_tls_key),
       .tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca),

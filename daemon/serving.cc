@@ -156,6 +156,22 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> TlsCredentials(
   return grpc::SslServerCredentials(ssl);
 }
 
+absl::Status CheckConnectionLimits(const ServingOptions& options) {
+  if (options.handshake_timeout_ms < 10 ||
+      options.handshake_timeout_ms > 600'000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--handshake_timeout_ms=", options.handshake_timeout_ms,
+                     ": want 10 to 600000 (ten minutes)"));
+  }
+  if (options.max_resets_per_second < 0 ||
+      options.max_resets_per_second > 1'000'000'000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_resets_per_second=", options.max_resets_per_second,
+                     ": want 0 (no limit) to 1000000000"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 bool IsTcpAddress(const std::string& address) {
@@ -166,6 +182,7 @@ bool IsTcpAddress(const std::string& address) {
 absl::StatusOr<std::unique_ptr<Serving>> Serving::Start(
     const ServingOptions& options,
     std::initializer_list<grpc::Service*> services, PeerTable* peers) {
+  RETURN_IF_ERROR(CheckConnectionLimits(options));
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> tls,
                    TlsCredentials(options));
   if (IsTcpAddress(options.listen) && tls == nullptr) {
@@ -188,6 +205,13 @@ absl::StatusOr<std::unique_ptr<Serving>> Serving::Start(
   }
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
                              options.max_streams_per_connection);
+  // The gate waits only for a TLS connection's first byte; gRPC bounds the
+  // rest of the handshake.
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                             static_cast<int>(options.handshake_timeout_ms));
+  // Per-connection stream counters for StreamResetWatch (gRPC's default,
+  // said out loud: the rapid-reset defence reads them).
+  builder.AddChannelArgument(GRPC_ARG_ENABLE_CHANNELZ, 1);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
   for (grpc::Service* service : services) builder.RegisterService(service);
@@ -208,7 +232,11 @@ absl::StatusOr<std::unique_ptr<Serving>> Serving::Start(
   listeners.push_back(*std::move(socket));
   serving->gate_ = std::make_unique<ConnectionGate>(
       serving->server_.get(), peers, serving->tls_.get(), std::move(listeners),
-      ConnectionGate::Options{.max_connections = options.max_connections});
+      ConnectionGate::Options{
+          .max_connections = options.max_connections,
+          .handshake_timeout = absl::Milliseconds(options.handshake_timeout_ms),
+          .max_resets_per_second = options.max_resets_per_second,
+          .max_open_streams = options.max_streams_per_connection});
   RETURN_IF_ERROR(serving->gate_->Start());
   return serving;
 }

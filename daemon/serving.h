@@ -14,6 +14,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <cstdint>
 #include <initializer_list>
 #include <memory>
 #include <optional>
@@ -33,6 +34,12 @@ struct ServingOptions {
   // Calls one connection may have open at once (HTTP/2 streams: each
   // StepStream holds one for its life); more wait in the client.
   int max_streams_per_connection = 100;
+  // How long a new connection may stay silent before it is closed, and the
+  // bound on a TLS handshake (see ConnectionGate). Valid: 10 to 600000.
+  int64_t handshake_timeout_ms = 10000;
+  // Streams a second one connection may open and abandon (reset, cancel)
+  // before it is closed (see StreamResetWatch); 0: never. Valid: 0 to 10^9.
+  int64_t max_resets_per_second = 1000;
   // PEM files; cert and key together, or neither. client_ca: require client
   // certificates it signed.
   std::string tls_cert;
@@ -47,7 +54,8 @@ class Serving {
   // `options.listen` and starts accepting on it. REQUIRES: the listen
   // address prepared (PrepareListenAddress); `services` and `peers` outlive
   // this. Errors: INVALID_ARGUMENT (TLS flags inconsistent, TCP without TLS
-  // or --insecure_tcp, a TLS file unreadable: configuration errors);
+  // or --insecure_tcp, a TLS file unreadable, a handshake timeout or reset
+  // rate out of range: configuration errors);
   // UNAVAILABLE (the address cannot be bound; gRPC could not start).
   static absl::StatusOr<std::unique_ptr<Serving>> Start(
       const ServingOptions& options,
