@@ -20,7 +20,10 @@ on as deployed), and times, on that socket in the same run:
   * `gRPC only`: the 256-op requests encoded off the clock and sent as
     bytes, their results not decoded: the gRPC Python call by itself;
   * in-process, the 256-op pass's build (the builder's methods), encoding
-    and decoding, each timed alone.
+    and decoding, each timed alone; and, for comparison, the same
+    StepRequest serialised through protobuf's Python API
+    (PackedOperations(**builder.columns())) instead of the package's
+    encoder.
 
 As in rpc_bench's client-library rows, a call's clock covers send() (the
 columns joined, the request serialised, the round trip, the results parsed
@@ -53,6 +56,7 @@ except ImportError:
     import statecache
 from statecache.testing import Daemon
 from statecache import _step
+from statecache.v1 import statecache_pb2 as pb
 
 BLOCK = 64
 SLOTS = 4096
@@ -225,18 +229,29 @@ def make_trip(client, ops, kind):
     return StepTrip(client, ops, kind == "stream")
 
 
+def protobuf_request(session_id, builder):
+    """The StepRequest send() writes, serialised by protobuf's Python API
+    from the builder's columns instead (for comparison)."""
+    return pb.StepRequest(session_id=session_id, packed=pb.PackedOperations(
+        **builder.columns())).SerializeToString()
+
+
 def breakdown(client, n):
     """In-process, off the wire: the 256-op pass's encoding (send()'s
-    bytes) and its results' decoding (PackedResults to dataclasses)."""
+    bytes; and, for comparison, the same StepRequest through protobuf's
+    Python API) and its results' decoding (PackedResults to
+    dataclasses)."""
     trip = StepTrip(client, 256, False)
     try:
-        encode, decode = [], []
+        encode, encode_protobuf, decode = [], [], []
         for _ in range(n):
             trip.prepare()
             kinds = list(trip.builder._kinds)
             t0 = _clock()
             packed = trip.builder.encode()
             t1 = _clock()
+            protobuf_request(trip.session.session_id, trip.builder)
+            encode_protobuf.append(_clock() - t1)
             trip.builder.clear()
             response = client._step_bytes(_step.step_request(
                 trip.session._request_prefix, packed), timeout=5)
@@ -245,6 +260,7 @@ def breakdown(client, n):
             decode.append(_clock() - t2)
             encode.append(t1 - t0)
         return {"encode_p50_us": summarise(encode)[0],
+                "encode_protobuf_p50_us": summarise(encode_protobuf)[0],
                 "decode_p50_us": summarise(decode)[0],
                 "build_p50_us": summarise(trip.build_ns[50:])[0]}
     finally:
@@ -324,8 +340,10 @@ def print_table(result):
             r["build_p50_us"]))
     b = result["breakdown_256"]
     print("256-op pass in-process: build %.1f us (off the clock above), "
-          "encode %.1f us, decode %.1f us" % (
-              b["build_p50_us"], b["encode_p50_us"], b["decode_p50_us"]))
+          "encode %.1f us (through protobuf's Python API: %.1f us), "
+          "decode %.1f us" % (
+              b["build_p50_us"], b["encode_p50_us"],
+              b["encode_protobuf_p50_us"], b["decode_p50_us"]))
     print("p50/p99: back to back; paired: interleaved with Pings after the "
           "same client work; build: the builder's methods, off the clock; "
           "gRPC only: the same requests as bytes, results not decoded")

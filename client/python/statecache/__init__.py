@@ -77,15 +77,16 @@ key_file=)`` reads the CA, client certificate and key from PEM files.
 Operators: ``client.admin.stats()``, ``.sessions()``, ``.resize(n)``,
 ``.evict(session_id)``, ``.drain()``.
 
-Cost (on the 2-core development VM): a step's Python work is about a
-quarter of a microsecond per operation to build, as much again to encode
-and twice that to decode into dataclasses; the rest is grpc's Python call
-(bench/python_step_bench.py measures each).
+Cost: a step's Python work is building it (a few list appends per
+operation), encoding the columns and decoding the results into dataclasses;
+the rest is grpc's Python call. bench/python_step_bench.py measures each.
 
 Tests: :mod:`statecache.testing` starts a real daemon on a private socket.
 The raw generated stubs are ``statecache.v1.statecache_pb2`` and
 ``statecache.v1.statecache_pb2_grpc``.
 """
+
+from typing import Any
 
 from ._errors import (Aborted, AlreadyExists, DeadlineExceeded, EpochChanged,
                       Error, FailedPrecondition, Internal, InvalidArgument,
@@ -106,7 +107,8 @@ from ._client import (Admin, Client, DrainResult, Identity, ResizeResult,
 __version__ = "0.1.0"
 
 
-def connect(address=None, timeout=5.0, **options):
+def connect(address: str | None = None, timeout: float = 5.0,
+            **options: Any) -> Client:
     """Same as :meth:`Client.connect`."""
     return Client.connect(address, timeout, **options)
 

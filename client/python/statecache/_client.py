@@ -1,12 +1,15 @@
 """Client (a channel to statecached), Session (an attached scheduler), its
 StepStream, and the operator calls (Admin)."""
 
+from __future__ import annotations
+
 import os
 import queue
 import threading
 import time
 import weakref
 from dataclasses import dataclass, field, fields
+from typing import Any, Callable, Iterator, TypeVar
 
 import grpc
 
@@ -16,8 +19,8 @@ from ._errors import (EpochChanged, Error, LeaseLost, NotFound, Unavailable,
 from ._memory import StateMemory
 from ._proto import pb as _pb
 from ._proto import pb_grpc as _pb_grpc
-from ._step import (StepBuilder, decode_results, step_request,
-                    step_request_prefix)
+from ._packed import step_request, step_request_prefix
+from ._step import Result, StepBuilder, decode_results
 
 
 __all__ = [
@@ -42,7 +45,7 @@ _UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
 _PROBE_SECONDS = 1.0
 
 
-def default_address():
+def default_address() -> str:
     """Where statecached listens unless told otherwise (as
     client/default_address.h and the daemon's --listen default):
     ``unix:/run/statecache/statecached.sock`` as root, else
@@ -61,11 +64,11 @@ def default_address():
 # ------------------------------------------------------------ TLS
 
 
-def _is_unix_address(address):
+def _is_unix_address(address: str) -> bool:
     return address.startswith(("unix:", "unix-abstract:"))
 
 
-def _pem_problem(data, key):
+def _pem_problem(data: bytes, key: bool) -> str | None:
     """None if `data` holds a PEM certificate (`key` False) or private key
     (`key` True), else what is wrong. (A CSR, or a key given as the
     certificate, would otherwise fail only when gRPC tries to connect.)"""
@@ -118,7 +121,7 @@ class TlsConfig:
     private_key: bytes | None = field(default=None, repr=False)
     server_name: str | None = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for name in ("root_certificates", "certificate_chain", "private_key"):
             value = getattr(self, name)
             if value is None:
@@ -138,8 +141,10 @@ class TlsConfig:
             raise ValueError("TlsConfig.server_name: a non-empty str or None")
 
     @classmethod
-    def from_files(cls, ca_file=None, cert_file=None, key_file=None,
-                   server_name=None):
+    def from_files(cls, ca_file: str | os.PathLike | None = None,
+                   cert_file: str | os.PathLike | None = None,
+                   key_file: str | os.PathLike | None = None,
+                   server_name: str | None = None) -> TlsConfig:
         """A TlsConfig of the PEM files given (paths; None leaves that
         part out): `ca_file` the CA certificate(s) the daemon's certificate
         must chain to (statecachectl's ``--tls_ca``), `cert_file` and
@@ -152,7 +157,8 @@ class TlsConfig:
                 `cert_file`) or private key (`key_file`): the message names
                 it; or as the constructor.
         """
-        def read(path, key=False):
+        def read(path: str | os.PathLike | None,
+                 key: bool = False) -> bytes | None:
             if path is None:
                 return None
             path = os.fspath(path)
@@ -279,6 +285,10 @@ class SessionInfo:
 
 @dataclass(slots=True)
 class ResizeResult:
+    """ResizeResponse: the pool's size afterwards, the slots whose content
+    moved (`relocated`: live and checkpointed), the checkpoints spent to
+    make room (`evicted`) and the host tier's room afterwards."""
+
     num_slots: int = 0
     relocated: int = 0
     evicted: int = 0
@@ -288,17 +298,22 @@ class ResizeResult:
 
 @dataclass(slots=True)
 class DrainResult:
+    """DrainResponse: whether the daemon now drains, and the requests still
+    admitted."""
+
     draining: bool = False
     # Requests still admitted when the call returned.
     requests: int = 0
 
+
+_T = TypeVar("_T")
 
 # The message-valued fields _plain converts, by name.
 _NESTED = {"transfer": TransferConfig, "identity": Identity,
            "warm_restart": WarmRestart}
 
 
-def _plain(cls, message):
+def _plain(cls: type[_T], message: Any) -> _T:
     """A dataclass of plain values from the message of the same fields."""
     values = {}
     for f in fields(cls):
@@ -317,7 +332,7 @@ def _plain(cls, message):
 _REASON_SECONDS = 1.0
 
 
-def _connect_failure(channel):
+def _connect_failure(channel: grpc.Channel) -> str | None:
     """Why `channel` (not ready) cannot connect, as gRPC reports its last
     attempt ("... Ssl handshake failed: ... certificate verify failed"), by
     one fail-fast Ping: a channel in TRANSIENT_FAILURE answers it at once.
@@ -344,7 +359,8 @@ class Client:
         admin: the operator calls (:class:`Admin`).
     """
 
-    def __init__(self, channel, address, timeout):
+    def __init__(self, channel: grpc.Channel, address: str,
+                 timeout: float) -> None:
         self._channel = channel
         self.address = address
         self.timeout = timeout
@@ -362,8 +378,9 @@ class Client:
         self._sessions = weakref.WeakSet()  # whose renewal close() stops
 
     @classmethod
-    def connect(cls, address=None, timeout=5.0, *,
-                max_message_bytes=16 << 20, tls=None):
+    def connect(cls, address: str | None = None, timeout: float = 5.0, *,
+                max_message_bytes: int = 16 << 20,
+                tls: TlsConfig | None = None) -> Client:
         """Opens a channel to `address` (gRPC syntax, ``unix:/path`` or
         ``host:port``; default :func:`default_address`) and waits up to
         `timeout` seconds for the daemon to accept it. `timeout` is also
@@ -444,7 +461,7 @@ class Client:
                 % (address, timeout, reason)) from None
         return cls(channel, address, timeout)
 
-    def close(self):
+    def close(self) -> None:
         """Closes the channel and stops the sessions' lease renewal.
         Sessions still attached stay attached on the daemon until their
         leases lapse; calls on a closed client raise ValueError."""
@@ -452,28 +469,31 @@ class Client:
             session._stop.set()
         self._channel.close()
 
-    def __enter__(self):
+    def __enter__(self) -> Client:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "<statecache.Client %s>" % self.address
 
-    def _call(self, method, request, what, timeout=None):
+    def _call(self, method: Callable[..., Any], request: Any, what: str,
+              timeout: float | None = None) -> Any:
         try:
             return method(request, timeout=self.timeout if timeout is None
                           else timeout)
         except grpc.RpcError as e:
             raise from_rpc_error(e, what) from None
 
-    def ping(self):
+    def ping(self) -> None:
         """A round trip that does nothing (the latency baseline)."""
         self._call(self._stub.Ping, _pb.PingRequest(), "Ping")
 
-    def attach(self, model_id, hash_block_size, hash_namespace="", num_spec=0,
-               layout_fingerprint="", client_name="", *, keepalive=True):
+    def attach(self, model_id: str, hash_block_size: int,
+               hash_namespace: str = "", num_spec: int = 0,
+               layout_fingerprint: str = "", client_name: str = "", *,
+               keepalive: bool = True) -> Session:
         """Opens a session with the model's identity (every field must equal
         the daemon's) and, with `keepalive`, starts renewing its lease in a
         background thread. `client_name` (<= 256 bytes) is shown to
@@ -501,7 +521,7 @@ class Client:
         self._sessions.add(session)
         return session
 
-    def _probe_epoch(self, wait):
+    def _probe_epoch(self, wait: bool) -> int | None:
         """The daemon's epoch now (GetStats), or None if it does not answer
         (`wait`: up to _PROBE_SECONDS for the channel to reconnect)."""
         try:
@@ -567,7 +587,8 @@ class Session:
     thread).
     """
 
-    def __init__(self, client, response, identity, client_name, keepalive):
+    def __init__(self, client: Client, response: Any, identity: Identity,
+                 client_name: str, keepalive: bool) -> None:
         self._client = client
         self._stub = client._stub
         self.session_id = response.session_id
@@ -595,33 +616,33 @@ class Session:
                 name="statecache-lease-%s" % self.session_id[:8])
             self._thread.start()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         state = ("detached" if self._detached else
                  "lost" if self._lost else "attached")
         return "<statecache.Session %s epoch=%d %s>" % (
             self.session_id, self.epoch, state)
 
-    def __enter__(self):
+    def __enter__(self) -> Session:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # ---- the pass
 
-    def step(self):
+    def step(self) -> StepBuilder:
         """A new :class:`StepBuilder` whose ``send()`` runs it as one unary
         Step (always in the packed form)."""
         return StepBuilder(self._send_unary)
 
-    def stream(self):
+    def stream(self) -> StepStream:
         """A :class:`StepStream` over one long-lived StepStream call (no
         per-call setup; from Python not much faster than unary steps, whose
         call runs on the calling thread while a stream's requests go
         through a thread of grpc's). Use it as a context manager."""
         return StepStream(self)
 
-    def _send_unary(self, packed, kinds):
+    def _send_unary(self, packed: bytes, kinds: list[int]) -> list[Result]:
         if self._lost is not None:
             raise self._lost()
         request = step_request(self._request_prefix, packed)
@@ -638,12 +659,12 @@ class Session:
     # ---- the lease
 
     @property
-    def lost(self):
+    def lost(self) -> LeaseLost | None:
         """None while the session is usable; else the exception (LeaseLost
         or EpochChanged) its calls raise."""
         return None if self._lost is None else self._lost()
 
-    def keep_alive(self):
+    def keep_alive(self) -> None:
         """Renews the lease now (the background thread does this on its
         own). Raises LeaseLost / EpochChanged when the session is gone."""
         if self._lost is not None:
@@ -658,7 +679,7 @@ class Session:
             raise self._lose(response.epoch, "KeepAlive answered")
         self._last_renewed = time.monotonic()
 
-    def detach(self):
+    def detach(self) -> int:
         """Closes the session, releasing every request it holds, and stops
         the renewal. Returns the number of requests released.
         Raises NotFound when the daemon no longer knows the session."""
@@ -672,7 +693,7 @@ class Session:
             raise from_rpc_error(e, "Detach") from None
         return response.requests_released
 
-    def close(self):
+    def close(self) -> None:
         """Detaches unless already detached or lost; a session the daemon
         no longer knows, or cannot be reached to hear it, is simply
         forgotten (its lease lapses)."""
@@ -687,7 +708,7 @@ class Session:
         except (NotFound, Unavailable, _errors.DeadlineExceeded, ValueError):
             pass  # gone, unreachable, or the client was closed
 
-    def _renew_loop(self):
+    def _renew_loop(self) -> None:
         interval = self.lease_ttl / 3
         while not self._stop.wait(interval):
             if self._lost is not None or self._detached:
@@ -708,7 +729,7 @@ class Session:
                                "(%g s)" % self.lease_ttl)
                     return
 
-    def _lose(self, epoch, what):
+    def _lose(self, epoch: int | None, what: str) -> LeaseLost:
         """Marks the session lost (epoch: the daemon's now, or None if
         unknown) and returns the exception to raise."""
         old = self.epoch
@@ -716,14 +737,14 @@ class Session:
             message = ("statecached restarted: epoch %d -> %d (%s); attach "
                        "again and re-admit" % (old, epoch, what))
 
-            def make():
+            def make() -> LeaseLost:
                 return EpochChanged(message, old, epoch)
         else:
             message = ("session %s is gone: its lease lapsed or it was "
                        "evicted (%s); attach again and re-admit"
                        % (self.session_id, what))
 
-            def make():
+            def make() -> LeaseLost:
                 return LeaseLost(message)
         if self._lost is None:
             self._lost = make
@@ -731,12 +752,13 @@ class Session:
             self._stop.set()
         return self._lost()
 
-    def _refusal(self, rpc_error, what):
+    def _refusal(self, rpc_error: grpc.RpcError, what: str) -> Error:
         """The exception for a call naming the session that failed."""
         error = from_rpc_error(rpc_error, what)
         return self._classify(error, what)
 
-    def _classify(self, error, what, epoch=None):
+    def _classify(self, error: Error, what: str,
+                  epoch: int | None = None) -> Error:
         """Turns a session call's `error` into LeaseLost/EpochChanged when
         the session is gone (`epoch`: the daemon's, if the answer said)."""
         if self._detached:
@@ -772,28 +794,28 @@ class StepStream:
     sends are serialized. A streamed step has no deadline of its own.
     """
 
-    def __init__(self, session):
+    def __init__(self, session: Session) -> None:
         self._session = session
         self._lock = threading.Lock()
         self._requests = None  # the queue the request iterator reads
         self._call = None
         self._closed = False
 
-    def __enter__(self):
+    def __enter__(self) -> StepStream:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def step(self):
+    def step(self) -> StepBuilder:
         """A new :class:`StepBuilder` whose ``send()`` goes over this
         stream."""
         return StepBuilder(self._send)
 
-    def _open(self):
+    def _open(self) -> None:
         requests = queue.SimpleQueue()
 
-        def iterate():
+        def iterate() -> Iterator[bytes]:
             while True:
                 request = requests.get()
                 if request is None:
@@ -803,7 +825,7 @@ class StepStream:
         self._requests = requests
         self._call = self._session._client._step_stream_bytes(iterate())
 
-    def _end(self):
+    def _end(self) -> None:
         """Half-closes the call and waits (up to the client's timeout) for
         its end."""
         call, self._call = self._call, None
@@ -815,7 +837,7 @@ class StepStream:
         if not done.wait(self._session._client.timeout):
             call.cancel()
 
-    def _send(self, packed, kinds):
+    def _send(self, packed: bytes, kinds: list[int]) -> list[Result]:
         session = self._session
         with self._lock:
             if self._closed:
@@ -844,7 +866,7 @@ class StepStream:
         session._last_renewed = time.monotonic()
         return decode_results(kinds, response.packed_results)
 
-    def close(self):
+    def close(self) -> None:
         """Half-closes the stream; the session stays attached."""
         with self._lock:
             self._closed = True
@@ -858,18 +880,19 @@ class Admin:
     """The operator calls (``client.admin``): stats, sessions, resize,
     evict, drain. Errors as in statecache.proto's StateCacheAdmin."""
 
-    def __init__(self, client):
+    def __init__(self, client: Client) -> None:
         self._client = client
 
-    def _call(self, name, request, timeout=None):
+    def _call(self, name: str, request: Any,
+              timeout: float | None = None) -> Any:
         return self._client._call(getattr(self._client._admin_stub, name),
                                   request, name, timeout)
 
-    def stats(self):
+    def stats(self) -> Stats:
         """GetStats as a :class:`Stats`."""
         return _plain(Stats, self._call("GetStats", _pb.GetStatsRequest()))
 
-    def sessions(self):
+    def sessions(self) -> list[SessionInfo]:
         """Every attached session, a list of :class:`SessionInfo` in attach
         order (the daemon's pages, read one after another). Raises
         PermissionDenied unless this peer is an operator (--admin_allow)."""
@@ -882,7 +905,8 @@ class Admin:
                 return sessions
             request.page_token = response.next_page_token
 
-    def resize(self, n=None, deadline=None, host_tier_bytes=None):
+    def resize(self, n: int | None = None, deadline: float | None = None,
+               host_tier_bytes: int | None = None) -> ResizeResult:
         """Grows or shrinks the pool to `n` slots, and (`host_tier_bytes`
         given) sets the host tier's room first, at once (0 turns it off);
         returns a :class:`ResizeResult` when done. A shrink retries pinned
@@ -909,7 +933,7 @@ class Admin:
         response = self._call("Resize", request, timeout=wait)
         return _plain(ResizeResult, response)
 
-    def evict(self, handle):
+    def evict(self, handle: str) -> int:
         """Ends the session with this handle (:attr:`SessionInfo.handle`)
         as if its lease had lapsed; returns the requests released. Raises
         NotFound for an unknown session, PermissionDenied unless this peer
@@ -918,7 +942,7 @@ class Admin:
                               _pb.EvictSessionRequest(handle=handle))
         return response.requests_released
 
-    def drain(self, resume=False):
+    def drain(self, resume: bool = False) -> DrainResult:
         """Stops admitting (Attach and admit refused UNAVAILABLE; admitted
         requests run on), or with `resume` admits again. Returns a
         :class:`DrainResult`; poll stats().requests for 0 to know the daemon

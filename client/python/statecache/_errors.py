@@ -13,6 +13,8 @@ session: it expired, or an operator evicted it) or its subclass
 ``LeaseLost`` to re-attach and re-admit.
 """
 
+from __future__ import annotations
+
 import grpc
 
 __all__ = [
@@ -42,7 +44,8 @@ class Error(Exception):
 
     code = grpc.StatusCode.UNKNOWN
 
-    def __init__(self, message, code=None):
+    def __init__(self, message: str,
+                 code: grpc.StatusCode | None = None) -> None:
         if code is None:
             super().__init__(message)
         else:
@@ -50,7 +53,7 @@ class Error(Exception):
             self.code = code
         self.message = message
 
-    def __str__(self):
+    def __str__(self) -> str:
         return "%s: %s" % (self.code.name, self.message)
 
 
@@ -117,8 +120,8 @@ class Unavailable(Error):
 
 
 class Internal(Error):
-    """INTERNAL: the daemon's answer does not follow the protocol (e.g. a
-    daemon that predates the packed form)."""
+    """INTERNAL: the daemon's answer does not follow the protocol (e.g.
+    packed results that do not match the step's operations)."""
 
     code = grpc.StatusCode.INTERNAL
 
@@ -138,7 +141,8 @@ class EpochChanged(LeaseLost):
         new_epoch: the daemon's epoch now.
     """
 
-    def __init__(self, message, old_epoch=0, new_epoch=0):
+    def __init__(self, message: str, old_epoch: int = 0,
+                 new_epoch: int = 0) -> None:
         super().__init__(message)
         self.args = (message, old_epoch, new_epoch)
         self.old_epoch = old_epoch
@@ -155,12 +159,12 @@ _BY_CODE = {
 _STATUS_BY_NUMBER = {status.value[0]: status for status in grpc.StatusCode}
 
 
-def status_code(number):
+def status_code(number: int) -> grpc.StatusCode:
     """The grpc.StatusCode of a google.rpc.Code number (UNKNOWN if none)."""
     return _STATUS_BY_NUMBER.get(number, grpc.StatusCode.UNKNOWN)
 
 
-def error_for(code, message):
+def error_for(code: grpc.StatusCode | int, message: str) -> Error:
     """The Error subclass instance for `code` (a grpc.StatusCode or its
     number)."""
     if isinstance(code, int):
@@ -171,7 +175,7 @@ def error_for(code, message):
     return cls(message)
 
 
-def from_rpc_error(error, what):
+def from_rpc_error(error: grpc.RpcError, what: str) -> Error:
     """The Error for a grpc.RpcError raised by the call named `what`."""
     try:
         code, details = error.code(), error.details()

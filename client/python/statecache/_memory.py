@@ -18,11 +18,17 @@ tensor's shape). Every view here is that rule: shape (capacity_slots,
 *tensor.shape), byte strides (slot_stride, *strides).
 """
 
+from __future__ import annotations
+
 import ctypes
 import mmap
 import os
 from dataclasses import dataclass, field
-from typing import List, Tuple
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover - optional dependencies
+    import numpy
+    import torch as torch_module
 
 __all__ = ["StateMemory", "StateTensor", "TensorPlacement", "cuda_views",
            "numpy_dtype", "torch_dtype"]
@@ -38,7 +44,7 @@ class StateTensor:
 
     name: str = ""
     dtype: str = ""  # "bf16", "f16", "f32", "f8_e4m3", "f8_e5m2"
-    shape: Tuple[int, ...] = ()
+    shape: tuple[int, ...] = ()
 
 
 @dataclass(slots=True)
@@ -50,10 +56,10 @@ class TensorPlacement:
     offset: int = 0
     slot_stride: int = 0
     bytes: int = 0
-    strides: Tuple[int, ...] = ()
+    strides: tuple[int, ...] = ()
 
 
-def numpy_dtype(name):
+def numpy_dtype(name: str) -> numpy.dtype:
     """The numpy dtype of a state dtype name. bf16 and the f8 types are
     ml_dtypes' when ml_dtypes is importable, else the same-sized unsigned
     integer (uint16, uint8: the raw bits)."""
@@ -74,7 +80,7 @@ def numpy_dtype(name):
                      "f8_e5m2": ml_dtypes.float8_e5m2}[name])
 
 
-def torch_dtype(name):
+def torch_dtype(name: str) -> torch_module.dtype:
     """The torch dtype of a state dtype name (imports torch)."""
     torch = _import_torch()
     return {"bf16": torch.bfloat16, "f16": torch.float16,
@@ -82,7 +88,7 @@ def torch_dtype(name):
             "f8_e5m2": torch.float8_e5m2}[name]
 
 
-def _import_torch():
+def _import_torch() -> Any:
     try:
         import torch
     except ImportError as e:
@@ -120,13 +126,13 @@ class StateMemory:
     layout_fingerprint: str = ""
     arrangement: str = ""
     num_layers: int = 0
-    tensors: List[StateTensor] = field(default_factory=list)
-    placements: List[TensorPlacement] = field(default_factory=list)
+    tensors: list[StateTensor] = field(default_factory=list)
+    placements: list[TensorPlacement] = field(default_factory=list)
     bytes_per_slot: int = 0
-    _mmap: object = field(default=None, init=False, repr=False)
+    _mmap: mmap.mmap | None = field(default=None, init=False, repr=False)
 
     @classmethod
-    def _from_proto(cls, m):
+    def _from_proto(cls, m: Any) -> StateMemory:
         return cls(
             backend=m.backend, handle=bytes(m.handle),
             device_ordinal=m.device_ordinal, region_bytes=m.region_bytes,
@@ -144,7 +150,7 @@ class StateMemory:
 
     # ---- finding pieces
 
-    def tensor_index(self, name):
+    def tensor_index(self, name: str) -> int:
         """The index of the tensor called `name` (KeyError if none)."""
         for i, t in enumerate(self.tensors):
             if t.name == name:
@@ -152,7 +158,7 @@ class StateMemory:
         raise KeyError("no state tensor %r (the layout has %s)" % (
             name, ", ".join(t.name for t in self.tensors)))
 
-    def placement(self, name, layer):
+    def placement(self, name: str, layer: int) -> TensorPlacement:
         """The TensorPlacement of tensor `name` in `layer`."""
         index = self.tensor_index(name)
         for p in self.placements:
@@ -163,7 +169,7 @@ class StateMemory:
 
     # ---- host views
 
-    def _host_map(self):
+    def _host_map(self) -> mmap.mmap:
         if self.backend != "host":
             raise ValueError(
                 "memory.tensor maps host (shared-memory) regions; this one "
@@ -179,7 +185,7 @@ class StateMemory:
                 os.close(fd)
         return self._mmap
 
-    def tensor(self, name, layer):
+    def tensor(self, name: str, layer: int) -> numpy.ndarray:
         """A writable numpy view of tensor `name` in `layer` for every slot:
         shape (capacity_slots, *shape), zero-copy over the shared memory
         (``view[slot]`` is that slot's piece). Host backend only."""
@@ -191,7 +197,7 @@ class StateMemory:
                           offset=p.offset,
                           strides=(p.slot_stride,) + tuple(p.strides))
 
-    def slot_bytes(self, slot):
+    def slot_bytes(self, slot: int) -> numpy.ndarray:
         """A writable numpy uint8 view of one whole slot (slot-major
         regions: one contiguous range, padding included)."""
         import numpy as np
@@ -201,14 +207,14 @@ class StateMemory:
                           buffer=self._host_map(),
                           offset=slot * self.bytes_per_slot)
 
-    def torch(self, name, layer):
+    def torch(self, name: str, layer: int) -> torch_module.Tensor:
         """:meth:`tensor` as a torch tensor (CPU, zero-copy). Needs torch
         (ImportError otherwise). Host backend only."""
         torch = _import_torch()
         raw = torch.frombuffer(self._host_map(), dtype=torch.uint8)
         return _strided(torch, raw, self, name, layer)
 
-    def close(self):
+    def close(self) -> None:
         """Unmaps the host region if no view over it is alive (views keep
         it mapped otherwise; it goes with the last of them)."""
         if self._mmap is not None:
@@ -219,7 +225,8 @@ class StateMemory:
             self._mmap = None
 
 
-def _strided(torch, raw, memory, name, layer):
+def _strided(torch: Any, raw: Any, memory: StateMemory, name: str,
+             layer: int) -> Any:
     """The placement's view over `raw` (a 1-D uint8 tensor over the region
     base), by the proto's PyTorch recipe."""
     t = memory.tensors[memory.tensor_index(name)]
@@ -239,7 +246,7 @@ class _IpcHandle(ctypes.Structure):
     _fields_ = [("reserved", ctypes.c_char * 64)]
 
 
-def _gpu_runtime(backend):
+def _gpu_runtime(backend: str) -> ctypes.CDLL:
     names = {"cuda": ["libcudart.so", "libcudart.so.12", "libcudart.so.11.0"],
              "hip": ["libamdhip64.so", "libamdhip64.so.6",
                      "libamdhip64.so.5"]}[backend]
@@ -252,7 +259,7 @@ def _gpu_runtime(backend):
                   % (backend, ", ".join(names)))
 
 
-def open_gpu_region(memory):
+def open_gpu_region(memory: StateMemory) -> int:
     """Opens a GPU region's IPC handle in this process and returns the base
     device pointer (an int): cudaIpcOpenMemHandle (or hipIpcOpenMemHandle)
     with lazy peer access, on device ``memory.device_ordinal``. The mapping
@@ -285,13 +292,14 @@ class _DeviceBytes:
     """A uint8 device buffer for torch.as_tensor (__cuda_array_interface__
     v3)."""
 
-    def __init__(self, pointer, size):
+    def __init__(self, pointer: int, size: int) -> None:
         self.__cuda_array_interface__ = {
             "shape": (size,), "typestr": "|u1", "data": (pointer, False),
             "version": 3, "strides": None}
 
 
-def cuda_views(memory, base=None):
+def cuda_views(memory: StateMemory, base: int | None = None
+               ) -> dict[tuple[str, int], torch_module.Tensor]:
     """Torch tensors over a GPU region (backend "cuda", or "hip" with a ROCm
     build of torch), zero-copy: a dict {(tensor name, layer): tensor of
     shape (capacity_slots, *shape)} on device ``cuda:<device_ordinal>``.

@@ -17,6 +17,8 @@ daemon on the machine).
 The pytest fixtures in client/python/tests/conftest.py are built on it.
 """
 
+from __future__ import annotations
+
 import json
 import os
 import re
@@ -27,11 +29,12 @@ import signal
 import subprocess
 import tempfile
 import time
+from typing import Any, Iterable
 
 __all__ = ["Daemon", "statecached_binary"]
 
 
-def statecached_binary(binary=None):
+def statecached_binary(binary: str | None = None) -> str:
     """The statecached to run: `binary`, else $STATECACHED, else PATH's."""
     found = binary or os.environ.get("STATECACHED") or shutil.which(
         "statecached")
@@ -41,7 +44,7 @@ def statecached_binary(binary=None):
     return found
 
 
-def _with_defaults(flags):
+def _with_defaults(flags: Iterable[str]) -> list[str]:
     flags = list(flags)
     if not any(f.startswith("--metrics_address") for f in flags):
         flags.append("--metrics_address=")
@@ -72,8 +75,11 @@ class Daemon:
         process: the running subprocess.Popen (None when stopped).
     """
 
-    def __init__(self, flags=(), binary=None, layout=None, directory=None,
-                 ready_timeout=30.0, listen=None, max_open_files=None):
+    def __init__(self, flags: Iterable[str] = (), binary: str | None = None,
+                 layout: dict[str, Any] | None = None,
+                 directory: str | None = None, ready_timeout: float = 30.0,
+                 listen: str | None = None,
+                 max_open_files: int | None = None) -> None:
         self.binary = statecached_binary(binary)
         self._own_directory = directory is None
         self.directory = directory or tempfile.mkdtemp(
@@ -98,21 +104,22 @@ class Daemon:
             self.close()
             raise
 
-    def __enter__(self):
+    def __enter__(self) -> Daemon:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "<statecache.testing.Daemon %s %s>" % (
             self.address, "running" if self.running else "stopped")
 
     @property
-    def running(self):
+    def running(self) -> bool:
+        """Whether the daemon process is alive."""
         return self.process is not None and self.process.poll() is None
 
-    def start(self):
+    def start(self) -> None:
         """Starts the daemon and returns once it is serving.
         Raises RuntimeError (with the log) if it exits or stays silent."""
         if self.running:
@@ -162,12 +169,12 @@ class Daemon:
             if write_end >= 0:
                 os.close(write_end)
 
-    def _limit(self):
+    def _limit(self) -> None:
         if self.max_open_files is not None:
             resource.setrlimit(resource.RLIMIT_NOFILE,
                                (self.max_open_files, self.max_open_files))
 
-    def stop(self, timeout=10.0):
+    def stop(self, timeout: float = 10.0) -> int | None:
         """SIGTERM, then waits; returns the exit code (SIGKILL after
         `timeout`: then a negative code). None if it was not running."""
         process, self.process = self.process, None
@@ -181,7 +188,7 @@ class Daemon:
             process.kill()
             return process.wait()
 
-    def kill(self):
+    def kill(self) -> int | None:
         """SIGKILL (a crash); returns the exit code."""
         process, self.process = self.process, None
         if process is None:
@@ -189,7 +196,7 @@ class Daemon:
         process.kill()
         return process.wait()
 
-    def restart(self, flags=None):
+    def restart(self, flags: Iterable[str] | None = None) -> int | None:
         """Stops the daemon and starts a new one on the same socket (a new
         epoch), with `flags` instead of the old ones if given (metrics stay
         off unless they say otherwise). Returns the old one's exit code."""
@@ -199,7 +206,7 @@ class Daemon:
         self.start()
         return code
 
-    def log(self):
+    def log(self) -> str:
         """Everything the daemon wrote (every start) so far."""
         try:
             with open(self.log_path, errors="replace") as f:
@@ -207,7 +214,7 @@ class Daemon:
         except FileNotFoundError:
             return ""
 
-    def close(self):
+    def close(self) -> None:
         """Stops the daemon and removes the directory it created."""
         self.stop()
         if self._own_directory:

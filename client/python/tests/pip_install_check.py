@@ -7,8 +7,8 @@ the source tree stays clean), makes a venv with --system-site-packages
     VENV/bin/pip install --no-build-isolation --no-index PACKAGE
 with STATECACHE_PROTO_DIR, PROTOC and GRPC_PYTHON_PLUGIN set, and then, from
 a directory with no statecache sources, imports the installed package
-(whose gRPC stubs the build generated) and pings a real statecached
-($STATECACHED) through it.
+(whose gRPC stubs the build generated), checks that it ships py.typed,
+and pings a real statecached ($STATECACHED) through it.
 
 Usage: pip_install_check.py --package-dir client/python --proto-dir proto
            [--protoc protoc] [--grpc-plugin grpc_python_plugin]
@@ -28,6 +28,9 @@ from statecache.testing import Daemon
 from statecache.v1 import statecache_pb2
 assert statecache.__file__.startswith(os.environ["VIRTUAL_ENV"]), \\
     statecache.__file__
+# PEP 561: the type hints are for type checkers (pyproject's package-data).
+assert os.path.isfile(os.path.join(os.path.dirname(statecache.__file__),
+                                   "py.typed")), "py.typed not installed"
 with Daemon(["--model_id=m"]) as daemon:
     with statecache.Client.connect(daemon.address) as client:
         client.ping()

@@ -1,9 +1,10 @@
-"""The packed form's layout rule, read from the proto's descriptors (as
-proto/packed_form.cc applies it, by reflection), against the package's
-hand-written per-kind encoders and decoders: every kind, with random
-arguments and results. Also: the builder's methods and the result
-dataclasses carry exactly the proto's field names, so a field added to the
-proto fails here until the package follows."""
+"""The packed form's layout rule, applied here to the proto's messages by
+reflection (as proto/packed_form.cc does), against the package: the
+builder's methods encode, and statecache._packed decodes, every kind with
+random arguments and results (late_values included). Also: the builder's
+methods and the result dataclasses carry exactly the proto's field names,
+so a field added to the proto fails here until the package follows
+(test_step_mirror.py checks types, defaults and the layout itself)."""
 
 import inspect
 import random
@@ -24,17 +25,19 @@ class Columns:
         self.lengths = []
         self.values = []
         self.hashes = []
+        self.late = []
 
 
-# Fields numbered from here on are the list form's only: the rule skips them.
-LIST_ONLY = 100
+# Fields numbered from here on were added after the layout was fixed: the
+# rule skips them; a result's travel in late_values.
+LATE = 100
 
 
 def append(message, c):
     """The layout rule: `message`'s fields in field-number order, those
-    numbered LIST_ONLY and above left out."""
+    numbered LATE and above left out."""
     for f in sorted(message.DESCRIPTOR.fields, key=lambda f: f.number):
-        if f.number >= LIST_ONLY:
+        if f.number >= LATE:
             continue
         value = getattr(message, f.name)
         column = c.hashes if f.name in HASH_FIELDS else c.values
@@ -55,6 +58,14 @@ def append(message, c):
             column.append(int(value))
 
 
+def append_late(message, c):
+    """A result's late fields (numbered LATE and above), in field-number
+    order, to late_values."""
+    for f in sorted(message.DESCRIPTOR.fields, key=lambda f: f.number):
+        if f.number >= LATE:
+            c.late.append(int(getattr(message, f.name)))
+
+
 def random_value(f, rng):
     if f.type == f.TYPE_STRING:
         return "r%d-\u00e9" % rng.randrange(1000)
@@ -68,12 +79,9 @@ def random_value(f, rng):
 
 
 def random_message(cls, rng):
-    """Random values for the fields the packed form carries (the others
-    stay at their defaults, as a packed result leaves them)."""
+    """Random values for every field."""
     message = cls()
     for f in message.DESCRIPTOR.fields:
-        if f.number >= LIST_ONLY:
-            continue
         if f.label == f.LABEL_REPEATED:
             n = rng.randrange(4)
             if f.message_type is not None:
@@ -178,11 +186,13 @@ def test_every_kind_decodes_by_the_layout_rule():
             message = random_message(result_type, rng)
             codes.append(0)
             append(message, packed)
+            append_late(message, packed)
             expected.append((kind.name, message, 0, ""))
     wire = pb.PackedResults(codes=codes, messages=messages,
                             values=packed.values, request_ids=packed.ids,
                             request_id_lengths=packed.lengths,
-                            hashes=packed.hashes)
+                            hashes=packed.hashes, late_values=packed.late)
+    assert packed.late, "no result with a late field was drawn"
     wire = pb.PackedResults.FromString(wire.SerializeToString())
     results = _step.decode_results(kinds, wire)
     assert len(results) == len(kinds)
@@ -211,11 +221,25 @@ def test_results_that_do_not_follow_the_rule_raise_internal():
     with pytest.raises(statecache.Internal, match="2 operations"):
         _step.decode_results(kinds, pb.PackedResults(codes=[0]))
     with pytest.raises(statecache.Internal, match="too short"):
-        _step.decode_results(kinds, pb.PackedResults(codes=[0, 0],
-                                                     values=[1, 7, -1]))
+        _step.decode_results(kinds, pb.PackedResults(
+            codes=[0, 0], values=[1, 7, -1], late_values=[0]))
     with pytest.raises(statecache.Internal, match="longer"):
         _step.decode_results(kinds, pb.PackedResults(
-            codes=[0, 0], values=[1, 7, -1, 0, 0, 1, 99]))
+            codes=[0, 0], values=[1, 7, -1, 0, 0, 1, 99], late_values=[0]))
+    # admit's from_tier is in late_values: exactly one entry.
+    with pytest.raises(statecache.Internal, match="late_values"):
+        _step.decode_results(kinds, pb.PackedResults(
+            codes=[0, 0], values=[1, 7, -1, 0, 0, 1]))
+    with pytest.raises(statecache.Internal, match="late_values"):
+        _step.decode_results(kinds, pb.PackedResults(
+            codes=[0, 0], values=[1, 7, -1, 0, 0, 1], late_values=[1, 0]))
+    with pytest.raises(statecache.Internal, match="too short"):
+        _step.decode_results(kinds, pb.PackedResults(codes=[5, 5]))
+    admit, release = _step.decode_results(kinds, pb.PackedResults(
+        codes=[0, 0], values=[1, 7, -1, 0, 0, 1], late_values=[1]))
+    assert admit == statecache.AdmitResult(slots=[7], fork_src=-1,
+                                           adopted=False, from_tier=True)
+    assert release.slots_released == 1
 
 
 def test_names_mirror_the_proto():
