@@ -5,8 +5,11 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/message.h"
 #include "prometheus/collectable.h"
 #include "prometheus/metric_family.h"
 #include "prometheus/text_serializer.h"
@@ -90,54 +93,134 @@ void CatchUp(prometheus::Counter* counter, int64_t total) {
 
 }  // namespace
 
-// The children of the families whose values come from GetStats, each built
-// once in the constructor.
-struct Metrics::StatsSeries {
-  prometheus::Counter* checkpoints_kept = nullptr;
-  prometheus::Counter* checkpoints_dropped = nullptr;
-  prometheus::Counter* checkpoints_evicted = nullptr;
-  prometheus::Counter* checkpoints_orphaned = nullptr;
-  prometheus::Gauge* slots_used = nullptr;
-  prometheus::Gauge* slots_held = nullptr;
-  prometheus::Gauge* slots_vacant = nullptr;
-  prometheus::Gauge* slots_capacity = nullptr;
-  prometheus::Gauge* slots_quarantined = nullptr;
-  prometheus::Gauge* indexed_checkpoints = nullptr;
-  prometheus::Counter* resumes_fork = nullptr;
-  prometheus::Counter* resumes_adopt = nullptr;
-  prometheus::Counter* resumes_miss = nullptr;
-  prometheus::Counter* resume_blocks_wanted = nullptr;
-  prometheus::Counter* resume_blocks_resumed = nullptr;
-  prometheus::Gauge* sessions = nullptr;
-  prometheus::Gauge* requests = nullptr;
-  prometheus::Counter* lease_expiries = nullptr;
-  prometheus::Counter* session_evictions = nullptr;
-  prometheus::Gauge* draining = nullptr;
-  prometheus::Counter* resumes_tier = nullptr;
-  prometheus::Counter* checkpoints_demoted = nullptr;
-  prometheus::Counter* tier_evicted = nullptr;
-  prometheus::Counter* tier_demotions_failed = nullptr;
-  prometheus::Counter* tier_promotions_failed = nullptr;
-  prometheus::Gauge* tier_capacity_bytes = nullptr;
-  prometheus::Gauge* tier_held_bytes = nullptr;
-  prometheus::Gauge* tier_entries = nullptr;
-  // Warm restart: one child per outcome (1 for this start's), one per fate.
-  std::array<prometheus::Gauge*, 5> restart_outcome{};
-  prometheus::Gauge* restored = nullptr;
-  prometheus::Gauge* restored_tier = nullptr;
-  prometheus::Gauge* restore_bad_checksum = nullptr;
-  prometheus::Gauge* restore_unreadable = nullptr;
-  prometheus::Gauge* restore_no_room = nullptr;
-  prometheus::Gauge* restore_seconds = nullptr;
-  prometheus::Counter* state_saves = nullptr;
-  prometheus::Counter* state_save_failures = nullptr;
-  prometheus::Gauge* state_saved_checkpoints = nullptr;
-  prometheus::Gauge* state_last_save = nullptr;
+namespace {
+
+// A child fed from a GetStats field, built once in the constructor from the
+// field's MetricExport option (statecache.proto): the field's path from
+// GetStatsResponse (the message fields it is inside, then it), and its
+// counter or gauge, or for a string field one gauge per value it may hold.
+struct StatsChild {
+  std::vector<const google::protobuf::FieldDescriptor*> path;
+  prometheus::Counter* counter = nullptr;
+  prometheus::Gauge* gauge = nullptr;
+  std::vector<std::pair<std::string, prometheus::Gauge*>> by_value;
 };
 
-// WarmRestartStats.outcome's values, in restart_outcome's order.
-constexpr std::array<const char*, 5> kRestartOutcomes = {
-    "off", "cold", "restored", "mismatch", "unreadable"};
+// The families of the stats fields, by name, as they are built.
+struct StatsFamilies {
+  absl::flat_hash_map<std::string, prometheus::Family<prometheus::Counter>*>
+      counters;
+  absl::flat_hash_map<std::string, prometheus::Family<prometheus::Gauge>*>
+      gauges;
+};
+
+prometheus::Labels LabelsOf(const v1::MetricExport& metric) {
+  if (metric.label_name().empty()) return {};
+  return {{metric.label_name(), metric.label_value()}};
+}
+
+// Adds a child for each exported field of `message` to `children`,
+// recursing into message fields that name no family of their own. A
+// family is built at its first field (which carries its help).
+void BuildStatsChildren(
+    const google::protobuf::Descriptor& message,
+    std::vector<const google::protobuf::FieldDescriptor*>& path,
+    prometheus::Registry& registry, StatsFamilies& families,
+    std::vector<StatsChild>& children) {
+  for (int i = 0; i < message.field_count(); ++i) {
+    const google::protobuf::FieldDescriptor* field = message.field(i);
+    const v1::MetricExport& metric = field->options().GetExtension(v1::metric);
+    if (!metric.not_exported().empty()) continue;
+    path.push_back(field);
+    if (metric.family().empty()) {
+      // Only a message can name no family (stats_export_test holds every
+      // scalar to one or to not_exported).
+      if (field->message_type() != nullptr) {
+        BuildStatsChildren(*field->message_type(), path, registry, families,
+                           children);
+      }
+      path.pop_back();
+      continue;
+    }
+    StatsChild child;
+    child.path = path;
+    path.pop_back();
+    if (metric.kind() == v1::MetricExport::COUNTER) {
+      auto [it, added] = families.counters.try_emplace(metric.family());
+      if (added) {
+        it->second = &prometheus::BuildCounter()
+                          .Name(metric.family())
+                          .Help(metric.help())
+                          .Register(registry);
+      }
+      child.counter = &it->second->Add(LabelsOf(metric));
+    } else {
+      auto [it, added] = families.gauges.try_emplace(metric.family());
+      if (added) {
+        it->second = &prometheus::BuildGauge()
+                          .Name(metric.family())
+                          .Help(metric.help())
+                          .Register(registry);
+      }
+      if (metric.label_values_size() > 0) {
+        for (const std::string& value : metric.label_values()) {
+          child.by_value.emplace_back(
+              value, &it->second->Add({{metric.label_name(), value}}));
+        }
+      } else {
+        child.gauge = &it->second->Add(LabelsOf(metric));
+      }
+    }
+    children.push_back(std::move(child));
+  }
+}
+
+// The value of the scalar field `child.path` names, as a double (bools as
+// 0 or 1); 0 for a string.
+double StatsValue(const google::protobuf::Message& stats,
+                  const StatsChild& child) {
+  const google::protobuf::Message* message = &stats;
+  for (size_t i = 0; i + 1 < child.path.size(); ++i) {
+    message = &message->GetReflection()->GetMessage(*message, child.path[i]);
+  }
+  const google::protobuf::FieldDescriptor* field = child.path.back();
+  const google::protobuf::Reflection& r = *message->GetReflection();
+  using F = google::protobuf::FieldDescriptor;
+  switch (field->cpp_type()) {
+    case F::CPPTYPE_INT32:
+      return r.GetInt32(*message, field);
+    case F::CPPTYPE_INT64:
+      return static_cast<double>(r.GetInt64(*message, field));
+    case F::CPPTYPE_UINT32:
+      return r.GetUInt32(*message, field);
+    case F::CPPTYPE_UINT64:
+      return static_cast<double>(r.GetUInt64(*message, field));
+    case F::CPPTYPE_DOUBLE:
+      return r.GetDouble(*message, field);
+    case F::CPPTYPE_FLOAT:
+      return r.GetFloat(*message, field);
+    case F::CPPTYPE_BOOL:
+      return r.GetBool(*message, field) ? 1.0 : 0.0;
+    default:
+      return 0;
+  }
+}
+
+// The string field `child.path` names.
+std::string StatsString(const google::protobuf::Message& stats,
+                        const StatsChild& child) {
+  const google::protobuf::Message* message = &stats;
+  for (size_t i = 0; i + 1 < child.path.size(); ++i) {
+    message = &message->GetReflection()->GetMessage(*message, child.path[i]);
+  }
+  return message->GetReflection()->GetString(*message, child.path.back());
+}
+
+}  // namespace
+
+struct Metrics::StatsSeries {
+  std::vector<StatsChild> children;
+};
 
 // What the exposer collects: the values refreshed, then the registry's
 // families (the same ones every time).
@@ -209,173 +292,15 @@ Metrics::Metrics(StateCache* cache, Options options)
       scrape_(std::make_shared<Scrape>(this)),
       stats_(std::make_unique<StatsSeries>()),
       op_seconds_(std::make_unique<OperationLatencies>()) {
-  // The series read from GetStats at scrape time.
-  auto counter = [&](const char* name, const char* help) {
-    return &prometheus::BuildCounter().Name(name).Help(help).Register(
-        *registry_);
-  };
   auto gauge = [&](const char* name, const char* help) {
     return &prometheus::BuildGauge().Name(name).Help(help).Register(*registry_);
   };
-  StatsSeries& st = *stats_;
-  st.checkpoints_kept =
-      &counter(
-           "statecache_checkpoints_kept_total",
-           "Checkpoints the pool filed (fork checkpoints and published midstep "
-           "ones). The capacity reading: evicted tracking kept minus capacity "
-           "means every checkpoint but the resident set was destroyed to make "
-           "room, so more slots buy hit rate directly.")
-           ->Add({});
-  st.checkpoints_dropped =
-      &counter("statecache_checkpoints_dropped_total",
-               "Checkpoints not kept because no slot was free at that moment "
-               "(every slot live, pinned or reserved): a checkpoint or "
-               "snapshot that found none, a reserve that stopped short. "
-               "Small pools under load drop many.")
-           ->Add({});
-  st.checkpoints_evicted =
-      &counter("statecache_checkpoints_evicted_total",
-               "Checkpoints spent on an allocation (or on shrinking). When its "
-               "rate tracks the rate of kept minus capacity the pool is "
-               "thrashing: too small for how long a checkpoint has to last.")
-           ->Add({});
-  st.checkpoints_orphaned =
-      &counter("statecache_checkpoints_orphaned_total",
-               "Checkpoints dropped because their prefix left the KV index "
-               "first: nothing could ever resume from them. Rising orphans "
-               "mean the KV pool, not this one, is too small.")
-           ->Add({});
-  st.checkpoints_demoted =
-      &counter("statecache_checkpoints_demoted_total",
-               "Checkpoints the pool spent that the host tier took instead of "
-               "losing them (--host_tier_bytes).")
-           ->Add({});
-  st.tier_evicted =
-      &counter("statecache_host_tier_evicted_total",
-               "Host tier entries spent to make room for newer ones: when its "
-               "rate tracks demotions, the tier is too small for how long a "
-               "prefix has to last.")
-           ->Add({});
-  auto* tier_failures = counter(
-      "statecache_host_tier_copy_failures_total",
-      "Images the state memory failed to copy: a failed demotion drops the "
-      "checkpoint, a failed promotion admits as a miss. Any is a device "
-      "fault.");
-  st.tier_demotions_failed = &tier_failures->Add({{"direction", "demotion"}});
-  st.tier_promotions_failed = &tier_failures->Add({{"direction", "promotion"}});
-  auto* tier_bytes = gauge(
-      "statecache_host_tier_bytes",
-      "The host tier's room (capacity) and the images it holds (held), in "
-      "bytes; 0 while it is off.");
-  st.tier_capacity_bytes = &tier_bytes->Add({{"state", "capacity"}});
-  st.tier_held_bytes = &tier_bytes->Add({{"state", "held"}});
-  st.tier_entries = &gauge("statecache_host_tier_entries",
-                           "Checkpoint images the host tier holds.")
-                         ->Add({});
-  auto* outcome =
-      gauge("statecache_warm_restart_info",
-            "1 for how this start went with --state_dir: off, cold (no index "
-            "yet), restored, mismatch (the index was made under another "
-            "identity, transfer or layout: not read) or unreadable (a torn or "
-            "corrupt index, or its bytes gone); the log says why.");
-  for (size_t i = 0; i < kRestartOutcomes.size(); ++i) {
-    st.restart_outcome[i] = &outcome->Add({{"outcome", kRestartOutcomes[i]}});
-  }
-  auto* fates = gauge(
-      "statecache_warm_restart_checkpoints",
-      "What this start's warm restart did with the checkpoints it found: "
-      "restored (device), restored_tier, and dropped: bad_checksum (bytes "
-      "that changed since they were published: never served), unreadable "
-      "(their region or file gone), no_room (past the pool's or the tier's "
-      "size).");
-  st.restored = &fates->Add({{"fate", "restored"}});
-  st.restored_tier = &fates->Add({{"fate", "restored_tier"}});
-  st.restore_bad_checksum = &fates->Add({{"fate", "bad_checksum"}});
-  st.restore_unreadable = &fates->Add({{"fate", "unreadable"}});
-  st.restore_no_room = &fates->Add({{"fate", "no_room"}});
-  st.restore_seconds =
-      &gauge("statecache_warm_restart_seconds",
-             "How long this start took to verify and bring back the "
-             "checkpoints of --state_dir.")
-           ->Add({});
-  st.state_saves = &counter("statecache_state_dir_saves_total",
-                            "Checkpoint index writes to --state_dir.")
-                        ->Add({});
-  st.state_save_failures =
-      &counter("statecache_state_dir_save_failures_total",
-               "Checkpoint index writes that failed (the log says why): a "
-               "restart would come back with the last index written.")
-           ->Add({});
-  st.state_saved_checkpoints =
-      &gauge("statecache_state_dir_saved_checkpoints",
-             "Checkpoints (device and tier) the last index written names.")
-           ->Add({});
-  st.state_last_save =
-      &gauge("statecache_state_dir_last_save_timestamp_seconds",
-             "When the last index was written (Unix time); a crash loses "
-             "what was published since.")
-           ->Add({});
-  auto* slots = gauge(
-      "statecache_slots",
-      "Slots by state: used (held by live requests, pins and reservations), "
-      "held (free but carrying a checkpoint), vacant (free and empty). vacant "
-      "at 0 is not a shortage: all held, none vacant is the pool working.");
-  st.slots_used = &slots->Add({{"state", "used"}});
-  st.slots_held = &slots->Add({{"state", "held"}});
-  st.slots_vacant = &slots->Add({{"state", "vacant"}});
-  st.slots_capacity =
-      &gauge("statecache_slots_capacity",
-             "Slots in the pool (num_slots); moves with resizes, and while a "
-             "shrink is giving slots up.")
-           ->Add({});
-  st.slots_quarantined =
-      &gauge("statecache_slots_quarantined",
-             "Used slots fenced now: held by requests of sessions whose lease "
-             "lapsed or that were evicted, until --quarantine passes. Stuck "
-             "above 0 with no lapses is a leak.")
-           ->Add({});
-  st.indexed_checkpoints =
-      &gauge("statecache_indexed_checkpoints",
-             "Checkpoints currently filed under a block hash.")
-           ->Add({});
-  auto* resumes = counter(
-      "statecache_resumes_total",
-      "Admissions with a KV-side prefix hit, by what the state side did: fork "
-      "(resumed from a checkpoint into a fresh slot), adopt (resumed in the "
-      "checkpoint's own slot: the pool was short), tier (resumed from the "
-      "host tier: the checkpoint had left the device), miss (no usable "
-      "checkpoint: recomputed from scratch).");
-  st.resumes_fork = &resumes->Add({{"outcome", "fork"}});
-  st.resumes_adopt = &resumes->Add({{"outcome", "adopt"}});
-  st.resumes_tier = &resumes->Add({{"outcome", "tier"}});
-  st.resumes_miss = &resumes->Add({{"outcome", "miss"}});
-  st.resume_blocks_wanted =
-      &counter("statecache_resume_blocks_wanted_total",
-               "Prefix blocks admissions could have resumed (their KV hit). "
-               "The hit ratio is rate(resumed) / rate(wanted).")
-           ->Add({});
-  st.resume_blocks_resumed =
-      &counter("statecache_resume_blocks_resumed_total",
-               "Prefix blocks admissions actually resumed from a checkpoint.")
-           ->Add({});
-  st.sessions =
-      &gauge("statecache_sessions", "Attached scheduler sessions.")->Add({});
-  st.requests =
-      &gauge("statecache_requests", "Requests admitted and not yet released.")
-           ->Add({});
-  st.lease_expiries =
-      &counter("statecache_lease_expiries_total",
-               "Sessions whose lease lapsed (a scheduler crashed or lost its "
-               "connection); their requests were released.")
-           ->Add({});
-  st.session_evictions =
-      &counter("statecache_session_evictions_total",
-               "Sessions ended by an operator (EvictSession).")
-           ->Add({});
-  st.draining = &gauge("statecache_draining",
-                       "1 while the daemon is draining (not admitting).")
-                     ->Add({});
-  // Fixed for the process's life: set once here.
+  // The series read from GetStats at scrape time: the fields' families, as
+  // statecache.proto's MetricExport options say.
+  std::vector<const google::protobuf::FieldDescriptor*> path;
+  StatsFamilies stats_families;
+  BuildStatsChildren(*v1::GetStatsResponse::descriptor(), path, *registry_,
+                     stats_families, stats_->children);
   gauge("statecache_build_info", "Always 1; labels say what is running.")
       ->Add({{"backend", options.backend}, {"version", options.version}})
       .Set(1.0);
@@ -516,50 +441,18 @@ void Metrics::Refresh() const {
   v1::GetStatsResponse s;
   absl::MutexLock lock(&refresh_mu_);
   cache_->GetStats(&s);
-  StatsSeries& st = *stats_;
-  CatchUp(st.checkpoints_kept, s.checkpoints_kept());
-  CatchUp(st.checkpoints_dropped, s.checkpoints_dropped());
-  CatchUp(st.checkpoints_evicted, s.checkpoints_evicted());
-  CatchUp(st.checkpoints_orphaned, s.checkpoints_orphaned());
-  st.slots_used->Set(static_cast<double>(s.slots_used()));
-  st.slots_held->Set(static_cast<double>(s.slots_held()));
-  st.slots_vacant->Set(static_cast<double>(s.slots_vacant()));
-  st.slots_capacity->Set(static_cast<double>(s.slots_total()));
-  st.slots_quarantined->Set(static_cast<double>(s.slots_quarantined()));
-  st.indexed_checkpoints->Set(static_cast<double>(s.indexed_hashes()));
-  CatchUp(st.resumes_fork, s.resumes_fork());
-  CatchUp(st.resumes_adopt, s.resumes_adopt());
-  CatchUp(st.resumes_miss, s.resumes_miss());
-  CatchUp(st.resume_blocks_wanted, s.resume_blocks_wanted());
-  CatchUp(st.resume_blocks_resumed, s.resume_blocks_resumed());
-  st.sessions->Set(static_cast<double>(s.sessions()));
-  st.requests->Set(static_cast<double>(s.requests()));
-  CatchUp(st.lease_expiries, s.lease_expiries());
-  CatchUp(st.session_evictions, s.sessions_evicted());
-  st.draining->Set(s.draining() ? 1.0 : 0.0);
-  CatchUp(st.resumes_tier, s.resumes_tier());
-  CatchUp(st.checkpoints_demoted, s.host_tier_demotions());
-  CatchUp(st.tier_evicted, s.host_tier_evictions());
-  CatchUp(st.tier_demotions_failed, s.host_tier_demotions_failed());
-  CatchUp(st.tier_promotions_failed, s.host_tier_promotions_failed());
-  st.tier_capacity_bytes->Set(
-      static_cast<double>(s.host_tier_capacity_bytes()));
-  st.tier_held_bytes->Set(static_cast<double>(s.host_tier_bytes()));
-  st.tier_entries->Set(static_cast<double>(s.host_tier_entries()));
-  const v1::WarmRestartStats& w = s.warm_restart();
-  for (size_t i = 0; i < kRestartOutcomes.size(); ++i) {
-    st.restart_outcome[i]->Set(w.outcome() == kRestartOutcomes[i] ? 1 : 0);
+  for (const StatsChild& child : stats_->children) {
+    if (child.counter != nullptr) {
+      CatchUp(child.counter, static_cast<int64_t>(StatsValue(s, child)));
+    } else if (child.gauge != nullptr) {
+      child.gauge->Set(StatsValue(s, child));
+    } else {
+      const std::string value = StatsString(s, child);
+      for (const auto& [label, gauge] : child.by_value) {
+        gauge->Set(label == value ? 1.0 : 0.0);
+      }
+    }
   }
-  st.restored->Set(static_cast<double>(w.restored_checkpoints()));
-  st.restored_tier->Set(static_cast<double>(w.restored_tier_entries()));
-  st.restore_bad_checksum->Set(static_cast<double>(w.dropped_bad_checksum()));
-  st.restore_unreadable->Set(static_cast<double>(w.dropped_unreadable()));
-  st.restore_no_room->Set(static_cast<double>(w.dropped_no_room()));
-  st.restore_seconds->Set(w.restore_seconds());
-  CatchUp(st.state_saves, w.saves());
-  CatchUp(st.state_save_failures, w.save_failures());
-  st.state_saved_checkpoints->Set(static_cast<double>(w.saved_checkpoints()));
-  st.state_last_save->Set(w.last_save_unix_seconds());
   // The operations' latencies since the last scrape, one ObserveMultiple
   // per kind that ran (after GetStats: the core's lock is not held here).
   const std::array<OperationLatencies::Kind, kOps> taken = op_seconds_->Take();
