@@ -30,42 +30,14 @@ const prometheus::Histogram::BucketBoundaries& LatencyBuckets() {
   return *buckets;
 }
 
+// The operation kind's name as statecache.proto spells Operation's field
+// (nullptr for a number that is no kind): the op label's values.
 const char* OperationName(int kind) {
-  switch (static_cast<v1::Operation::KindCase>(kind)) {
-    case v1::Operation::kBeginPass:
-      return "begin_pass";
-    case v1::Operation::kAdmit:
-      return "admit";
-    case v1::Operation::kResumableHit:
-      return "resumable_hit";
-    case v1::Operation::kLookup:
-      return "lookup";
-    case v1::Operation::kReserve:
-      return "reserve";
-    case v1::Operation::kPublish:
-      return "publish";
-    case v1::Operation::kCancel:
-      return "cancel";
-    case v1::Operation::kCheckpoint:
-      return "checkpoint";
-    case v1::Operation::kConsumeFork:
-      return "consume_fork";
-    case v1::Operation::kAdoptForkSource:
-      return "adopt_fork_source";
-    case v1::Operation::kRelease:
-      return "release";
-    case v1::Operation::kUnindex:
-      return "unindex";
-    case v1::Operation::kClearIndex:
-      return "clear_index";
-    case v1::Operation::kCopy:
-      return "copy";
-    case v1::Operation::kSnapshot:
-      return "snapshot";
-    case v1::Operation::KIND_NOT_SET:
-      break;
-  }
-  return nullptr;
+  const google::protobuf::FieldDescriptor* field =
+      v1::Operation::descriptor()->FindFieldByNumber(kind);
+  return field != nullptr && field->containing_oneof() != nullptr
+             ? field->name().c_str()
+             : nullptr;
 }
 
 // The codes the API documents as refusals; other codes are folded into

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "daemon/metrics/metrics.h"
+#include "daemon/service/operation_timing.h"
 #include "daemon/service/state_cache.h"
 #include "google/protobuf/descriptor.h"
 #include "gtest/gtest.h"
@@ -121,6 +122,40 @@ TEST(StatsExport, MetricsBuildsEveryDeclaredFamilyAndChild) {
     }
     EXPECT_EQ(children, family.children);
   }
+}
+
+// The operation kinds are Operation's oneof: every kind's number fits the
+// tables sized by kOperationKinds, and each gets its own op series.
+TEST(StatsExport, EveryOperationKindHasItsSeries) {
+  const google::protobuf::OneofDescriptor* kinds =
+      v1::Operation::descriptor()->FindOneofByName("kind");
+  ASSERT_NE(kinds, nullptr);
+  std::set<std::string> names;
+  for (int i = 0; i < kinds->field_count(); ++i) {
+    EXPECT_LT(kinds->field(i)->number(), kOperationKinds)
+        << kinds->field(i)->name();
+    names.insert(kinds->field(i)->name());
+  }
+  StateCacheOptions options;
+  options.identity.set_model_id("m");
+  options.identity.set_hash_block_size(64);
+  options.num_slots = 8;
+  options.transfer = *StateTransfer::Create(TransferKind::kFork, 1, true);
+  options.operation_timing_interval = 1;
+  std::unique_ptr<StateCache> cache = *StateCache::Create(std::move(options));
+  Metrics metrics(cache.get(), Metrics::Options{.version = "test"});
+  for (prometheus::MetricFamily& f : metrics.registry_for_testing().Collect()) {
+    if (f.name != "statecache_step_operations_total") continue;
+    std::set<std::string> ops;
+    for (const prometheus::ClientMetric& m : f.metric) {
+      for (const prometheus::ClientMetric::Label& l : m.label) {
+        if (l.name == "op") ops.insert(l.value);
+      }
+    }
+    EXPECT_EQ(ops, names);
+    return;
+  }
+  FAIL() << "no statecache_step_operations_total";
 }
 
 }  // namespace
