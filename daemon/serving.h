@@ -22,7 +22,7 @@
 
 #include "absl/status/statusor.h"
 #include "daemon/connection_gate.h"
-#include "daemon/service/call_tracker.h"
+#include "daemon/grpc/call_tracker.h"
 #include "daemon/service/peer.h"
 
 namespace statecache {

@@ -32,7 +32,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "daemon/service/rpc_observer.h"
+#include "daemon/grpc/rpc_observer.h"
 #include "daemon/service/state_cache.h"
 #include "prometheus/counter.h"
 #include "prometheus/exposer.h"

@@ -32,8 +32,8 @@ class CheckLayersTest(unittest.TestCase):
             "daemon/core/c.h": '#include "daemon/common/m.h"\n',
             "daemon/service/s.h": ('#include "daemon/core/c.h"\n'
                                    '#include "daemon/device/d.h"\n'),
-            "daemon/service/grpc_service.cc": '#include "daemon/service/s.h"\n',
-            "daemon/main.cc": '#include "daemon/service/grpc_service.h"\n',
+            "daemon/grpc/grpc_service.cc": '#include "daemon/service/s.h"\n',
+            "daemon/main.cc": '#include "daemon/grpc/grpc_service.h"\n',
         }), [])
 
     def test_an_upward_include_is_named(self):
@@ -46,8 +46,8 @@ class CheckLayersTest(unittest.TestCase):
 
     def test_the_service_may_not_include_its_adapter(self):
         problems = self.check({
-            "daemon/service/grpc_service.h": "",
-            "daemon/service/s.cc": '#include "daemon/service/grpc_service.h"\n',
+            "daemon/grpc/grpc_service.h": "",
+            "daemon/service/s.cc": '#include "daemon/grpc/grpc_service.h"\n',
         })
         self.assertEqual(len(problems), 1)
         self.assertIn("the service layer", problems[0])

@@ -18,15 +18,15 @@
 // one DEBUG line per RPC (and per StepStream message) at verbosity >= 1.
 //
 // Thread safety: thread-safe; gRPC runs handlers concurrently.
-#ifndef STATECACHE_DAEMON_SERVICE_GRPC_SERVICE_H_
-#define STATECACHE_DAEMON_SERVICE_GRPC_SERVICE_H_
+#ifndef STATECACHE_DAEMON_GRPC_GRPC_SERVICE_H_
+#define STATECACHE_DAEMON_GRPC_GRPC_SERVICE_H_
 
 #include <grpcpp/grpcpp.h>
 
-#include "daemon/service/call_tracker.h"
+#include "daemon/grpc/call_tracker.h"
+#include "daemon/grpc/rpc_observer.h"
+#include "daemon/grpc/session_event_log.h"
 #include "daemon/service/peer.h"
-#include "daemon/service/rpc_observer.h"
-#include "daemon/service/session_event_log.h"
 #include "daemon/service/state_cache.h"
 #include "proto/statecache/v1/statecache.grpc.pb.h"
 
@@ -119,4 +119,4 @@ class StateCacheAdminGrpcService final
 
 }  // namespace statecache
 
-#endif  // STATECACHE_DAEMON_SERVICE_GRPC_SERVICE_H_
+#endif  // STATECACHE_DAEMON_GRPC_GRPC_SERVICE_H_

@@ -1,10 +1,10 @@
-// The gRPC adapter (daemon/service/grpc_service.h) and the C++ client
+// The gRPC adapter (daemon/grpc/grpc_service.h) and the C++ client
 // (client/statecache_client.h) together, in one process: a real gRPC server
 // on loopback over a StateCache with a fake clock, so lease expiry needs no
 // sleeping. What is tested here is the translation (statuses, per-message
 // stream errors, the deferred Resize), not the pool's decisions (those are
 // tests/service and tests/parity).
-#include "daemon/service/grpc_service.h"
+#include "daemon/grpc/grpc_service.h"
 
 #include <grpcpp/grpcpp.h>
 
@@ -19,7 +19,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/statecache_client.h"
-#include "daemon/service/session_event_log.h"
+#include "daemon/grpc/session_event_log.h"
 #include "daemon/service/state_cache.h"
 #include "gtest/gtest.h"
 #include "proto/statecache/v1/statecache.grpc.pb.h"

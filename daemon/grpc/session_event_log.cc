@@ -1,4 +1,4 @@
-#include "daemon/service/session_event_log.h"
+#include "daemon/grpc/session_event_log.h"
 
 #include <utility>
 #include <vector>

@@ -8,8 +8,8 @@
 // out with LogExpiries.
 //
 // Thread safety: thread-safe.
-#ifndef STATECACHE_DAEMON_SERVICE_SESSION_EVENT_LOG_H_
-#define STATECACHE_DAEMON_SERVICE_SESSION_EVENT_LOG_H_
+#ifndef STATECACHE_DAEMON_GRPC_SESSION_EVENT_LOG_H_
+#define STATECACHE_DAEMON_GRPC_SESSION_EVENT_LOG_H_
 
 #include <atomic>
 #include <cstdint>
@@ -71,4 +71,4 @@ class SessionEventLog : public StateCacheObserver {
 
 }  // namespace statecache
 
-#endif  // STATECACHE_DAEMON_SERVICE_SESSION_EVENT_LOG_H_
+#endif  // STATECACHE_DAEMON_GRPC_SESSION_EVENT_LOG_H_

@@ -5,8 +5,8 @@
 // at once when the call ends).
 //
 // Thread safety: thread-safe (each call gets its own arena).
-#ifndef STATECACHE_DAEMON_SERVICE_ARENA_ALLOCATOR_H_
-#define STATECACHE_DAEMON_SERVICE_ARENA_ALLOCATOR_H_
+#ifndef STATECACHE_DAEMON_GRPC_ARENA_ALLOCATOR_H_
+#define STATECACHE_DAEMON_GRPC_ARENA_ALLOCATOR_H_
 
 #include <google/protobuf/arena.h>
 #include <grpcpp/support/message_allocator.h>
@@ -41,4 +41,4 @@ class ArenaMessageAllocator final
 
 }  // namespace statecache
 
-#endif  // STATECACHE_DAEMON_SERVICE_ARENA_ALLOCATOR_H_
+#endif  // STATECACHE_DAEMON_GRPC_ARENA_ALLOCATOR_H_

@@ -9,8 +9,8 @@
 // idle streams and connections are cut, nothing mid-flight is.
 //
 // Thread-safe.
-#ifndef STATECACHE_DAEMON_SERVICE_CALL_TRACKER_H_
-#define STATECACHE_DAEMON_SERVICE_CALL_TRACKER_H_
+#ifndef STATECACHE_DAEMON_GRPC_CALL_TRACKER_H_
+#define STATECACHE_DAEMON_GRPC_CALL_TRACKER_H_
 
 #include <cstdint>
 
@@ -54,4 +54,4 @@ class CallTracker {
 
 }  // namespace statecache
 
-#endif  // STATECACHE_DAEMON_SERVICE_CALL_TRACKER_H_
+#endif  // STATECACHE_DAEMON_GRPC_CALL_TRACKER_H_

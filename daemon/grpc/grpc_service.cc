@@ -1,4 +1,4 @@
-#include "daemon/service/grpc_service.h"
+#include "daemon/grpc/grpc_service.h"
 
 #include <google/protobuf/arena.h>
 
@@ -16,7 +16,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "daemon/service/arena_allocator.h"
+#include "daemon/grpc/arena_allocator.h"
 #include "daemon/service/log.h"
 #include "proto/status_mapping.h"
 

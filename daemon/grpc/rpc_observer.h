@@ -4,8 +4,8 @@
 //
 // Thread safety: implementations must be thread-safe and cheap (called on
 // gRPC's threads, once per call or StepStream message).
-#ifndef STATECACHE_DAEMON_SERVICE_RPC_OBSERVER_H_
-#define STATECACHE_DAEMON_SERVICE_RPC_OBSERVER_H_
+#ifndef STATECACHE_DAEMON_GRPC_RPC_OBSERVER_H_
+#define STATECACHE_DAEMON_GRPC_RPC_OBSERVER_H_
 
 #include "absl/status/status.h"
 
@@ -38,4 +38,4 @@ class RpcObserver {
 
 }  // namespace statecache
 
-#endif  // STATECACHE_DAEMON_SERVICE_RPC_OBSERVER_H_
+#endif  // STATECACHE_DAEMON_GRPC_RPC_OBSERVER_H_
