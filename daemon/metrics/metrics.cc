@@ -147,14 +147,21 @@ void BuildStatsChildren(
   }
 }
 
-// The value of the scalar field `child.path` names, as a double (bools as
-// 0 or 1); 0 for a string.
-double StatsValue(const google::protobuf::Message& stats,
-                  const StatsChild& child) {
+// The message that holds the field `child.path` names.
+const google::protobuf::Message& Holder(const google::protobuf::Message& stats,
+                                        const StatsChild& child) {
   const google::protobuf::Message* message = &stats;
   for (size_t i = 0; i + 1 < child.path.size(); ++i) {
     message = &message->GetReflection()->GetMessage(*message, child.path[i]);
   }
+  return *message;
+}
+
+// The value of the scalar field `child.path` names, as a double (bools as
+// 0 or 1); 0 for a string.
+double StatsValue(const google::protobuf::Message& stats,
+                  const StatsChild& child) {
+  const google::protobuf::Message* message = &Holder(stats, child);
   const google::protobuf::FieldDescriptor* field = child.path.back();
   const google::protobuf::Reflection& r = *message->GetReflection();
   using F = google::protobuf::FieldDescriptor;
@@ -181,11 +188,8 @@ double StatsValue(const google::protobuf::Message& stats,
 // The string field `child.path` names.
 std::string StatsString(const google::protobuf::Message& stats,
                         const StatsChild& child) {
-  const google::protobuf::Message* message = &stats;
-  for (size_t i = 0; i + 1 < child.path.size(); ++i) {
-    message = &message->GetReflection()->GetMessage(*message, child.path[i]);
-  }
-  return message->GetReflection()->GetString(*message, child.path.back());
+  const google::protobuf::Message& message = Holder(stats, child);
+  return message.GetReflection()->GetString(message, child.path.back());
 }
 
 }  // namespace
