@@ -335,33 +335,36 @@ TEST_P(RetainedRegionTest, OpensOnlyARetainedNameWhoseOwnerIsGone) {
 // served its bytes, then deleted it. Only the daemon's user's region, whose
 // maker is dead, is trusted; a refused one is left as it is.
 TEST_P(RetainedRegionTest, TrustsOnlyItsOwnUsersRegionOfADeadMaker) {
+  // A prefix of this process's: the test's other arrangement runs at the
+  // same time in another process, with the same epochs.
+  const std::string prefix = absl::StrCat("sctrust", getpid());
   // Made by a process that is running (pid 1, at its real start time).
   const ShmOwner init = {1, 0};
   ASSERT_TRUE(ShmOwnerAlive(init));
   const std::string live_maker =
-      FormatRetainedShmName(kPrefix, NextEpoch(), init, 7);
+      FormatRetainedShmName(prefix, NextEpoch(), init, 7);
   MakeShmObject(live_maker.substr(1));
   Unlinker unlink_live{live_maker};
   absl::StatusOr<RetainedRegion> opened =
-      RetainedRegion::Open(live_maker, kPrefix, 0);
+      RetainedRegion::Open(live_maker, prefix, 0);
   EXPECT_EQ(opened.status().code(), absl::StatusCode::kFailedPrecondition)
       << opened.status();
   EXPECT_TRUE(ShmExists(live_maker));
 
   const ShmOwner dead = {DeadPid(), 5};
-  const std::string kept = FormatRetainedShmName(kPrefix, NextEpoch(), dead, 7);
+  const std::string kept = FormatRetainedShmName(prefix, NextEpoch(), dead, 7);
   MakeShmObject(kept.substr(1));
   Unlinker unlink_kept{kept};
-  ASSERT_TRUE(RetainedRegion::Open(kept, kPrefix, 0).ok());
+  ASSERT_TRUE(RetainedRegion::Open(kept, prefix, 0).ok());
   // Writable by anyone: refused.
   ASSERT_EQ(chmod(("/dev/shm" + kept).c_str(), 0666), 0);
-  opened = RetainedRegion::Open(kept, kPrefix, 0);
+  opened = RetainedRegion::Open(kept, prefix, 0);
   EXPECT_EQ(opened.status().code(), absl::StatusCode::kPermissionDenied)
       << opened.status();
   ASSERT_EQ(chmod(("/dev/shm" + kept).c_str(), 0660), 0);
   if (geteuid() != 0) return;  // giving it to another user needs root
   ASSERT_EQ(chown(("/dev/shm" + kept).c_str(), 65534, 65534), 0);
-  opened = RetainedRegion::Open(kept, kPrefix, 0);
+  opened = RetainedRegion::Open(kept, prefix, 0);
   EXPECT_EQ(opened.status().code(), absl::StatusCode::kPermissionDenied)
       << opened.status();
   EXPECT_TRUE(absl::StrContains(opened.status().message(), "uid 65534"))
