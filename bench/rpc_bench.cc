@@ -63,9 +63,10 @@
 // calls, which on a VM whose vCPUs halt when idle is the cheapest a call
 // ever gets (rows `Ping, 30 us after` and `Ping, 1 ms after` show how much
 // more a spaced call costs), while every Step row's client builds its next
-// pass between calls; and its ratios drift between runs with the VM's. Row `packed, 1 ms apart` spaces its calls (and its
-// paired Pings) as a scheduler's passes are spaced by the forward between
-// them, so that each call finds the daemon idle.
+// pass between calls; and its ratios drift between runs with the VM's. Row
+// `packed, 1 ms apart` spaces its calls (and its paired Pings) as a scheduler's
+// passes are spaced by the forward between them, so that each call finds the
+// daemon idle.
 //
 // A third table (--calibrate) says what handler time itself costs here:
 // Pings to a bare callback server whose handler busy-waits 5, 10, 20 us and

@@ -7,9 +7,9 @@
 // stores skip both. glibc's memcpy switches to them on its own only above a
 // threshold derived from the last-level cache size, which on large-cache
 // machines is far above one slot (bench/copy_bench measures the gap); this
-// routine applies them to every piece of a large table. Like glibc's large-copy loop, it streams
-// two pages at once (loads from page p and p+1 interleaved, prefetched), which
-// keeps more DRAM pages open than one sequential stream.
+// routine applies them to every piece of a large table. Like glibc's large-copy
+// loop, it streams two pages at once (loads from page p and p+1 interleaved,
+// prefetched), which keeps more DRAM pages open than one sequential stream.
 //
 // Copies under two pages (8 KiB) use memcpy: they gain nothing measurable
 // from streaming and glibc's small-copy paths are tighter. x86-64: AVX2 when

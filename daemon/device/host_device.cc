@@ -128,10 +128,10 @@ absl::StatusOr<std::unique_ptr<HostDevice>> HostDevice::Create(
   device->max_slots_ = o.max_slots != 0 ? o.max_slots
                        : slot_major     ? kMaxLayoutSlots
                                         : o.num_slots;
-  device->name_ =
-      o.retain ? FormatRetainedShmName(o.prefix, o.epoch, CurrentShmOwner(),
-                                       o.keeper)
-               : FormatShmName(o.prefix, o.epoch, CurrentShmOwner());
+  device->name_ = o.retain
+                      ? FormatRetainedShmName(o.prefix, o.epoch,
+                                              CurrentShmOwner(), o.keeper)
+                      : FormatShmName(o.prefix, o.epoch, CurrentShmOwner());
   device->fd_ = shm_open(device->name_.c_str(),
                          O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, o.mode);
   if (device->fd_ < 0) {
