@@ -32,7 +32,7 @@ each run against fresh daemons and fresh state directories:
    checkpoint whose slot was reused since the last index write). Each
    restored checkpoint found by lookup is checked byte for byte against
    the bytes its hash was published with (a dict hash -> seed). Runs with
-   --state_save_interval at its default (1s) and at 100ms.
+   --state_save_interval at 1s and at its default, 100ms (--intervals).
 
 3. What checksums cost the pass that publishes. With --state_dir every
    checkpoint is read back and checksummed at the end of the Step that
