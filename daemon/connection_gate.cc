@@ -319,13 +319,16 @@ void ConnectionGate::Run() {
   }
 }
 
+bool ConnectionGate::ServesTls(const ListeningSocket& listener) const {
+  return listener.kind == ListeningSocket::Kind::kTcp && tls_ != nullptr;
+}
+
 ConnectionGate::Shown ConnectionGate::Inspect(Pending& pending,
                                               Clock::time_point now) const {
   // A TLS connection starts with a handshake record (content type 22);
   // gRPC's handshake timeout bounds the rest of the handshake.
   static constexpr char kTlsHandshake[] = {0x16};
-  const bool tls =
-      pending.listener->kind == ListeningSocket::Kind::kTcp && tls_ != nullptr;
+  const bool tls = ServesTls(*pending.listener);
   const absl::string_view want =
       tls ? absl::string_view(kTlsHandshake, 1) : kHttp2Preface;
   char seen[kHttp2Preface.size()];
@@ -404,8 +407,7 @@ void ConnectionGate::HandOver(const Pending& pending) {
   // A number gRPC closed and accept reused: the old entry is stale.
   SweepClosed();
   live_.push_back(Live{fd, st.st_dev, st.st_ino});
-  const bool tls =
-      pending.listener->kind == ListeningSocket::Kind::kTcp && tls_ != nullptr;
+  const bool tls = ServesTls(*pending.listener);
   accepted_.fetch_add(1);
   if (options_.max_resets_per_second > 0) {
     reset_watch_.Watch(fd, tls ? TcpPeerName(fd) : absl::StrCat("fd:", fd));

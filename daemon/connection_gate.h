@@ -146,6 +146,8 @@ class ConnectionGate {
   };
   void Run();
   void AcceptOn(const ListeningSocket& listener);
+  // Whether connections to `listener` go to the TLS acceptor.
+  bool ServesTls(const ListeningSocket& listener) const;
   // What `pending` has shown so far, without consuming it (MSG_PEEK).
   Shown Inspect(Pending& pending, Clock::time_point now) const;
   // Gives a pending connection that showed its protocol to gRPC.

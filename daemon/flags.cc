@@ -25,6 +25,7 @@
 #include "daemon/device/layout_file.h"
 #include "daemon/device/layout_presets.h"
 #include "daemon/device/shm_name.h"
+#include "daemon/listen_address.h"
 #include "daemon/service/log.h"
 
 ABSL_FLAG(std::string, listen, "",
@@ -234,11 +235,7 @@ absl::StatusOr<RegionAccess> RegionAccessFromFlags(
   struct stat dir {};
   bool have_dir = false;
   if (socket_path.has_value()) {
-    const std::string::size_type slash = socket_path->rfind('/');
-    const std::string path = slash == std::string::npos ? "."
-                             : slash == 0               ? "/"
-                                          : socket_path->substr(0, slash);
-    have_dir = ::stat(path.c_str(), &dir) == 0;
+    have_dir = ::stat(SocketDirectory(*socket_path).c_str(), &dir) == 0;
   }
   if (const std::string mode = absl::GetFlag(FLAGS_shm_mode); !mode.empty()) {
     unsigned parsed = 0;

@@ -26,10 +26,7 @@ namespace {
 // daemon's user or root, and nobody else may write them unless they are
 // sticky (then nobody can remove or rename our socket).
 absl::Status PrepareSocketDirectory(const std::string& socket_path) {
-  std::string::size_type slash = socket_path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "."
-                          : slash == 0               ? "/"
-                                       : socket_path.substr(0, slash);
+  const std::string dir = SocketDirectory(socket_path);
   RETURN_IF_ERROR(CheckAncestorsTrusted("--listen", dir));
   struct stat st;
   if (::stat(dir.c_str(), &st) == 0) return absl::OkStatus();
@@ -93,6 +90,12 @@ bool IsLoopback(absl::string_view address) {
 }
 
 }  // namespace
+
+std::string SocketDirectory(const std::string& socket_path) {
+  const std::string::size_type slash = socket_path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : socket_path.substr(0, slash);
+}
 
 // The filesystem path of a "unix:PATH" or "unix:///PATH" address; nullopt for
 // anything else (TCP, unix-abstract:).

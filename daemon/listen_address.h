@@ -18,6 +18,9 @@ namespace statecache {
 // anything else (TCP, unix-abstract:).
 std::optional<std::string> UnixSocketPath(absl::string_view address);
 
+// The directory a Unix socket's path lies in ("." for a bare name).
+std::string SocketDirectory(const std::string& socket_path);
+
 // Makes `listen` ready to bind. For a Unix socket (`socket_path`, from
 // UnixSocketPath): its directory created if missing, and refused if it or
 // any directory above it belongs to another user (not root) or others may

@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -34,7 +35,9 @@ absl::Status OsError(std::string_view what, const std::string& handle,
 absl::StatusOr<RetainedRegion> RetainedRegion::Open(std::string_view handle,
                                                     std::string_view prefix,
                                                     uint64_t region_bytes) {
-  if (!IsRetainedShmName(handle, prefix) || handle.front() != '/') {
+  const std::optional<RetainedShmName> name =
+      ParseRetainedShmName(handle, prefix);
+  if (!name.has_value() || handle.front() != '/') {
     return absl::InvalidArgumentError(
         absl::StrCat("\"", Av(handle), "\" is not a retained region of prefix ",
                      Av(prefix)));
@@ -64,7 +67,7 @@ absl::StatusOr<RetainedRegion> RetainedRegion::Open(std::string_view handle,
   }
   // Its name records its maker; the lock above says no daemon holds it,
   // the record that its maker is gone (or is this process).
-  const ShmOwner maker = ParseRetainedShmName(handle, prefix)->name.owner;
+  const ShmOwner& maker = name->name.owner;
   if (ShmOwnerAlive(maker) && !(maker == CurrentShmOwner())) {
     return absl::FailedPreconditionError(
         absl::StrCat(region.handle_, " was made by pid ", maker.pid,

@@ -91,6 +91,20 @@ prometheus::Labels LabelsOf(const v1::MetricExport& metric) {
   return {{metric.label_name(), metric.label_value()}};
 }
 
+// The family `metric` names, built (with its help) the first time.
+template <typename Builder, typename Metric>
+prometheus::Family<Metric>& FamilyFor(
+    absl::flat_hash_map<std::string, prometheus::Family<Metric>*>& built,
+    Builder builder, const v1::MetricExport& metric,
+    prometheus::Registry& registry) {
+  auto [it, added] = built.try_emplace(metric.family());
+  if (added) {
+    it->second =
+        &builder.Name(metric.family()).Help(metric.help()).Register(registry);
+  }
+  return *it->second;
+}
+
 // Adds a child for each exported field of `message` to `children`,
 // recursing into message fields that name no family of their own. A
 // family is built at its first field (which carries its help).
@@ -118,29 +132,18 @@ void BuildStatsChildren(
     child.path = path;
     path.pop_back();
     if (metric.kind() == v1::MetricExport::COUNTER) {
-      auto [it, added] = families.counters.try_emplace(metric.family());
-      if (added) {
-        it->second = &prometheus::BuildCounter()
-                          .Name(metric.family())
-                          .Help(metric.help())
-                          .Register(registry);
-      }
-      child.counter = &it->second->Add(LabelsOf(metric));
+      child.counter = &FamilyFor(families.counters, prometheus::BuildCounter(),
+                                 metric, registry)
+                           .Add(LabelsOf(metric));
     } else {
-      auto [it, added] = families.gauges.try_emplace(metric.family());
-      if (added) {
-        it->second = &prometheus::BuildGauge()
-                          .Name(metric.family())
-                          .Help(metric.help())
-                          .Register(registry);
+      prometheus::Family<prometheus::Gauge>& family = FamilyFor(
+          families.gauges, prometheus::BuildGauge(), metric, registry);
+      for (const std::string& value : metric.label_values()) {
+        child.by_value.emplace_back(
+            value, &family.Add({{metric.label_name(), value}}));
       }
-      if (metric.label_values_size() > 0) {
-        for (const std::string& value : metric.label_values()) {
-          child.by_value.emplace_back(
-              value, &it->second->Add({{metric.label_name(), value}}));
-        }
-      } else {
-        child.gauge = &it->second->Add(LabelsOf(metric));
+      if (metric.label_values_size() == 0) {
+        child.gauge = &family.Add(LabelsOf(metric));
       }
     }
     children.push_back(std::move(child));
