@@ -11,82 +11,6 @@
 
 namespace statecache {
 
-TransferConfig FromProto(const v1::TransferConfig& transfer) {
-  return TransferConfig{.kind = transfer.kind(),
-                        .fork_tokens = transfer.fork_tokens(),
-                        .readable_midstep = transfer.readable_midstep()};
-}
-
-ModelIdentity FromProto(const v1::Identity& identity) {
-  return ModelIdentity{.model_id = identity.model_id(),
-                       .hash_block_size = identity.hash_block_size(),
-                       .hash_namespace = identity.hash_namespace(),
-                       .num_spec = identity.num_spec(),
-                       .layout_fingerprint = identity.layout_fingerprint()};
-}
-
-WarmRestartStats FromProto(const v1::WarmRestartStats& r) {
-  return WarmRestartStats{
-      .outcome = r.outcome(),
-      .reason = r.reason(),
-      .restored_checkpoints = r.restored_checkpoints(),
-      .restored_tier_entries = r.restored_tier_entries(),
-      .dropped_bad_checksum = r.dropped_bad_checksum(),
-      .dropped_no_room = r.dropped_no_room(),
-      .dropped_unreadable = r.dropped_unreadable(),
-      .restore_seconds = r.restore_seconds(),
-      .saves = r.saves(),
-      .save_failures = r.save_failures(),
-      .saved_checkpoints = r.saved_checkpoints(),
-      .last_save_unix_seconds = r.last_save_unix_seconds(),
-  };
-}
-
-DaemonStats FromProto(const v1::GetStatsResponse& r) {
-  return DaemonStats{
-      .epoch = r.epoch(),
-      .uptime = absl::Seconds(r.uptime_seconds()),
-      .checkpoints_kept = r.checkpoints_kept(),
-      .checkpoints_dropped = r.checkpoints_dropped(),
-      .checkpoints_evicted = r.checkpoints_evicted(),
-      .checkpoints_orphaned = r.checkpoints_orphaned(),
-      .slots_total = r.slots_total(),
-      .slots_used = r.slots_used(),
-      .slots_held = r.slots_held(),
-      .slots_vacant = r.slots_vacant(),
-      .slots_quarantined = r.slots_quarantined(),
-      .sessions = r.sessions(),
-      .requests = r.requests(),
-      .transfer = FromProto(r.transfer()),
-      .identity = FromProto(r.identity()),
-      .indexed_hashes = r.indexed_hashes(),
-      .resumes_fork = r.resumes_fork(),
-      .resumes_adopt = r.resumes_adopt(),
-      .resumes_miss = r.resumes_miss(),
-      .lease_expiries = r.lease_expiries(),
-      .sessions_evicted = r.sessions_evicted(),
-      .resume_blocks_wanted = r.resume_blocks_wanted(),
-      .resume_blocks_resumed = r.resume_blocks_resumed(),
-      .draining = r.draining(),
-      .state_bytes = r.state_bytes(),
-      .backend = r.backend(),
-      .max_slots = r.max_slots(),
-      .layout_name = r.layout_name(),
-      .bytes_per_slot = r.bytes_per_slot(),
-      .host_tier =
-          {
-              .capacity_bytes = r.host_tier_capacity_bytes(),
-              .held_bytes = r.host_tier_bytes(),
-              .entries = r.host_tier_entries(),
-              .demotions = r.host_tier_demotions(),
-              .evictions = r.host_tier_evictions(),
-              .resumes = r.resumes_tier(),
-              .demotions_failed = r.host_tier_demotions_failed(),
-              .promotions_failed = r.host_tier_promotions_failed(),
-          },
-      .warm_restart = FromProto(r.warm_restart())};
-}
-
 absl::StatusOr<OperationResult> FromProto(const v1::OperationResult& r) {
   if (r.code() != 0) return FromWireCode(r.code(), r.message());
   switch (r.result_case()) {
@@ -158,12 +82,9 @@ absl::StatusOr<StepResults> FromProto(
     const google::protobuf::RepeatedField<uint32_t>& kinds) {
   const v1::PackedResults& packed = response.packed_results();
   if (packed.codes_size() != kinds.size()) {
-    // A daemon that predates the packed form reads none of it.
     return absl::InternalError(
         absl::StrCat("the daemon returned ", packed.codes_size(),
-                     " packed results for ", kinds.size(),
-                     " operations (a statecached older than the packed "
-                     "form of Step?)"));
+                     " packed results for ", kinds.size(), " operations"));
   }
   StepResults results;
   results.epoch = response.epoch();

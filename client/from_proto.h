@@ -10,16 +10,16 @@
 #include <cstdint>
 
 #include "absl/status/statusor.h"
+#include "client/daemon_stats_proto.h"
 #include "client/statecache_client.h"
 #include "proto/statecache/v1/statecache.pb.h"
 
 namespace statecache {
 
-TransferConfig FromProto(const v1::TransferConfig& transfer);
-ModelIdentity FromProto(const v1::Identity& identity);
-// GetStats' answer, field for field.
-DaemonStats FromProto(const v1::GetStatsResponse& stats);
-WarmRestartStats FromProto(const v1::WarmRestartStats& stats);
+// GetStats' answer and the messages it carries (DaemonStats,
+// ModelIdentity, TransferConfig, WarmRestartStats) to and from their
+// messages: FromProto and ToProto, written by the build with the structs
+// (client/daemon_stats_proto.h).
 
 // A list-form result as the library reports it: the refusal's status (its
 // code and message), or the result of its kind.
@@ -29,7 +29,7 @@ absl::StatusOr<OperationResult> FromProto(const v1::OperationResult& result);
 // A packed Step's results, one per kind in `kinds` (the request's
 // PackedOperations.kinds), read by the codec (proto/packed_codec.h).
 // Errors: INTERNAL when the packed results do not follow the layout rule for
-// these kinds (a daemon that predates the packed form answers none).
+// these kinds.
 absl::StatusOr<StepResults> FromProto(
     const v1::StepResponse& response,
     const google::protobuf::RepeatedField<uint32_t>& kinds);

@@ -600,12 +600,7 @@ absl::StatusOr<SessionInfo> Client::Attach(const ModelIdentity& identity,
     impl.attaching = true;
   }
   v1::AttachRequest request;
-  request.mutable_identity()->set_model_id(identity.model_id);
-  request.mutable_identity()->set_hash_block_size(identity.hash_block_size);
-  request.mutable_identity()->set_hash_namespace(identity.hash_namespace);
-  request.mutable_identity()->set_num_spec(identity.num_spec);
-  request.mutable_identity()->set_layout_fingerprint(
-      identity.layout_fingerprint);
+  ToProto(identity, request.mutable_identity());
   request.set_client_name(std::string(client_name));
   v1::AttachResponse response;
   grpc::ClientContext context;

@@ -26,7 +26,10 @@
 //
 // The protocol, every operation's arguments and every error code are
 // documented in proto/statecache/v1/statecache.proto; this header mirrors it
-// with plain C++ types (no gRPC or protobuf types appear here).
+// with plain C++ types (no gRPC or protobuf types appear here). GetStats'
+// answer (DaemonStats and the ModelIdentity and TransferConfig it carries)
+// is in client/daemon_stats.h, which the build writes from the proto: its
+// fields are the proto's, named and ordered alike.
 //
 // Errors: every call returns the daemon's status as an absl::Status with the
 // same code (UNAVAILABLE when the daemon cannot be reached, DEADLINE_EXCEEDED
@@ -61,6 +64,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "client/daemon_stats.h"  // generated from the proto by the build
 #include "client/default_address.h"
 
 namespace statecache {
@@ -117,23 +121,6 @@ struct ClientOptions {
 // The model's identity; every field must equal the daemon's configuration.
 // (Every member has an initializer so designated initializers may omit any
 // without -Wmissing-field-initializers.)
-struct ModelIdentity {
-  std::string model_id = {};
-  int64_t hash_block_size = 0;
-  std::string hash_namespace = {};
-  int32_t num_spec = 0;
-  // The state layout's fingerprint; when set, Attach refuses a daemon whose
-  // layout differs (see StateMemory in the proto).
-  std::string layout_fingerprint = {};
-};
-
-// How the daemon's backend carries state across a checkpoint.
-struct TransferConfig {
-  std::string kind;  // "none", "fork" or "replay"
-  int64_t fork_tokens = 0;
-  bool readable_midstep = false;
-};
-
 // What Attach returns.
 struct SessionInfo {
   std::string session_id;
@@ -313,82 +300,6 @@ class StepBuilder {
 };
 
 // ----------------------------------------------------------- admin results
-
-// The host tier's part of DaemonStats (see GetStatsResponse).
-struct HostTierStats {
-  int64_t capacity_bytes = 0;
-  int64_t held_bytes = 0;
-  int64_t entries = 0;
-  int64_t demotions = 0;
-  int64_t evictions = 0;
-  int64_t resumes = 0;
-  int64_t demotions_failed = 0;
-  int64_t promotions_failed = 0;
-};
-
-// How the daemon's start went with --state_dir, and what it saved since
-// (see WarmRestartStats in the proto).
-struct WarmRestartStats {
-  // "off", "cold", "restored", "mismatch" or "unreadable" (with `reason`).
-  std::string outcome;
-  std::string reason;
-  int64_t restored_checkpoints = 0;
-  int64_t restored_tier_entries = 0;
-  int64_t dropped_bad_checksum = 0;
-  int64_t dropped_no_room = 0;
-  int64_t dropped_unreadable = 0;
-  double restore_seconds = 0;
-  int64_t saves = 0;
-  int64_t save_failures = 0;
-  int64_t saved_checkpoints = 0;
-  double last_save_unix_seconds = 0;
-};
-
-struct DaemonStats {
-  uint64_t epoch = 0;
-  absl::Duration uptime;
-  // Checkpoint fates (cumulative): see GetStatsResponse in the proto.
-  int64_t checkpoints_kept = 0;
-  int64_t checkpoints_dropped = 0;
-  int64_t checkpoints_evicted = 0;
-  int64_t checkpoints_orphaned = 0;
-  // Occupancy (instantaneous).
-  int64_t slots_total = 0;
-  int64_t slots_used = 0;
-  int64_t slots_held = 0;
-  int64_t slots_vacant = 0;
-  // Of slots_used: fenced slots of lapsed or evicted sessions' requests.
-  int64_t slots_quarantined = 0;
-  int32_t sessions = 0;
-  int64_t requests = 0;
-  TransferConfig transfer;
-  ModelIdentity identity;
-  int64_t indexed_hashes = 0;
-  int64_t resumes_fork = 0;
-  int64_t resumes_adopt = 0;
-  int64_t resumes_miss = 0;
-  int64_t lease_expiries = 0;
-  int64_t sessions_evicted = 0;
-  // Prefix blocks admissions asked to resume (their KV hit) and blocks
-  // actually resumed, cumulative: resumed / wanted is the state-side hit
-  // ratio.
-  int64_t resume_blocks_wanted = 0;
-  int64_t resume_blocks_resumed = 0;
-  // True while the daemon drains (not admitting; see Client::Drain).
-  bool draining = false;
-  // State memory: bytes committed now, the backend ("none", or empty from a
-  // daemon too old to say, when there is no state memory), the largest pool
-  // a resize may reach, the layout and its bytes per slot.
-  uint64_t state_bytes = 0;
-  std::string backend;
-  int64_t max_slots = 0;
-  std::string layout_name;
-  uint64_t bytes_per_slot = 0;
-  // The host tier (all 0 while off): room and images held, and cumulative
-  // demotions, tier evictions, resumes from it and failed image copies.
-  HostTierStats host_tier;
-  WarmRestartStats warm_restart;
-};
 
 // One attached session, as ListSessions reports it.
 struct SessionSummary {

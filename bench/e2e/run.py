@@ -141,7 +141,8 @@ def table_rows(runs):
             "saved": d["tokens"]["resumed"],
             "saved_share": d["tokens"]["saved_share"],
             "prompt_tokens": d["tokens"]["prompt"],
-            "fates": d["fates"],
+            "fates": {fate: d["daemon_counters"]["checkpoints_" + fate]
+                      for fate in ("kept", "evicted", "orphaned", "dropped")},
             "passes": d["passes"],
             "p50": d["step_latency_us"]["p50"],
             "p99": d["step_latency_us"]["p99"],

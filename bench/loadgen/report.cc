@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <type_traits>
+#include <variant>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -41,9 +43,36 @@ double DaemonHitRatio(const TargetRun& t) {
                                    t.before.resume_blocks_wanted));
 }
 
+// A counter's value (counters are integers in the proto).
+int64_t CounterValue(const StatsField& field) {
+  return std::visit(
+      [](const auto& v) -> int64_t {
+        if constexpr (std::is_arithmetic_v<std::decay_t<decltype(v)>>) {
+          return static_cast<int64_t>(v);
+        } else {
+          return 0;
+        }
+      },
+      field.value);
+}
+
+// Every counter of GetStats (as the proto marks them) over the run: after
+// minus before, named as the proto names them.
+json CountersOverRun(const TargetRun& t) {
+  const std::vector<StatsField> before = StatsFields(t.before);
+  const std::vector<StatsField> after = StatsFields(t.after);
+  json out = json::object();
+  for (size_t i = 0; i < after.size(); ++i) {
+    if (after[i].kind != StatsFieldKind::kCounter) continue;
+    // Both lists come from one generated function: same order.
+    out[std::string(after[i].name)] =
+        CounterValue(after[i]) - CounterValue(before[i]);
+  }
+  return out;
+}
+
 json RunJson(const TargetRun& t) {
   const RunResult& r = t.run;
-  const Fates f = FatesOf(t);
   const double step_s = StepSeconds(r);
   return json{
       {"hit_ratio", r.hit_ratio()},
@@ -67,11 +96,7 @@ json RunJson(const TargetRun& t) {
         {"reserved", r.reservations},
         {"published", r.published}}},
       {"unindex", {{"hashes", r.unindexed}, {"orphaned", r.orphaned}}},
-      {"fates",
-       {{"kept", f.kept},
-        {"dropped", f.dropped},
-        {"evicted", f.evicted},
-        {"orphaned", f.orphaned}}},
+      {"daemon_counters", CountersOverRun(t)},
       {"daemon_hit_ratio", DaemonHitRatio(t)},
       {"kv",
        {{"evictions", r.kv_evictions}, {"over_capacity", r.kv_over_capacity}}},

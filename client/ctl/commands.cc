@@ -25,6 +25,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/ctl/format.h"
+#include "client/ctl/stats_view.h"
 #include "nlohmann/json.hpp"
 
 namespace statecache::ctl {
@@ -64,23 +65,8 @@ absl::Status StatusCommand(Client& client, const CommandLine& line) {
   absl::StatusOr<DaemonStats> stats = client.GetStats();
   if (!stats.ok()) return stats.status();
   if (line.json) {
-    nlohmann::json out = {
-        {"address", line.address},
-        {"epoch", stats->epoch},
-        {"uptime_seconds", absl::ToDoubleSeconds(stats->uptime)},
-        {"slots",
-         {{"total", stats->slots_total},
-          {"used", stats->slots_used},
-          {"held", stats->slots_held},
-          {"vacant", stats->slots_vacant},
-          {"quarantined", stats->slots_quarantined}}},
-        {"sessions", stats->sessions},
-        {"requests", stats->requests},
-        {"draining", stats->draining},
-        {"memory", MemoryJson(*stats)},
-        {"indexed_hashes", stats->indexed_hashes},
-        {"transfer", TransferJson(stats->transfer)},
-        {"identity", IdentityJson(stats->identity)}};
+    nlohmann::json out = StatsJson(*stats);
+    out["address"] = line.address;
     std::cout << out.dump(2) << "\n";
     return absl::OkStatus();
   }
@@ -88,7 +74,7 @@ absl::Status StatusCommand(Client& client, const CommandLine& line) {
   PrintTable({
       {"address", line.address},
       {"epoch", absl::StrCat(stats->epoch)},
-      {"uptime", HumanDuration(stats->uptime)},
+      {"uptime", HumanDuration(absl::Seconds(stats->uptime_seconds))},
       {"admitting",
        stats->draining ? "no: draining (drain --resume to admit)" : "yes"},
       {"slots", absl::StrFormat("%d total: %d used, %d held, %d vacant",
@@ -106,58 +92,118 @@ absl::Status StatusCommand(Client& client, const CommandLine& line) {
   return absl::OkStatus();
 }
 
-nlohmann::json StatsJson(const DaemonStats& s) {
-  return {{"epoch", s.epoch},
-          {"uptime_seconds", absl::ToDoubleSeconds(s.uptime)},
-          {"checkpoints",
-           {{"kept", s.checkpoints_kept},
-            {"dropped", s.checkpoints_dropped},
-            {"evicted", s.checkpoints_evicted},
-            {"orphaned", s.checkpoints_orphaned},
-            {"indexed", s.indexed_hashes}}},
-          {"slots",
-           {{"total", s.slots_total},
-            {"used", s.slots_used},
-            {"held", s.slots_held},
-            {"vacant", s.slots_vacant},
-            {"quarantined", s.slots_quarantined}}},
-          {"resumes",
-           {{"fork", s.resumes_fork},
-            {"adopt", s.resumes_adopt},
-            {"tier", s.host_tier.resumes},
-            {"miss", s.resumes_miss}}},
-          {"host_tier",
-           {{"capacity_bytes", s.host_tier.capacity_bytes},
-            {"held_bytes", s.host_tier.held_bytes},
-            {"entries", s.host_tier.entries},
-            {"demotions", s.host_tier.demotions},
-            {"evictions", s.host_tier.evictions},
-            {"demotions_failed", s.host_tier.demotions_failed},
-            {"promotions_failed", s.host_tier.promotions_failed}}},
-          {"resume_blocks",
-           {{"wanted", s.resume_blocks_wanted},
-            {"resumed", s.resume_blocks_resumed},
-            {"hit_ratio", OptionalJson(Ratio(s.resume_blocks_resumed,
-                                             s.resume_blocks_wanted))}}},
-          {"sessions",
-           {{"attached", s.sessions},
-            {"requests", s.requests},
-            {"lease_expiries", s.lease_expiries},
-            {"evicted", s.sessions_evicted}}},
-          {"draining", s.draining},
-          {"warm_restart",
-           {{"outcome", s.warm_restart.outcome},
-            {"reason", s.warm_restart.reason},
-            {"restored_checkpoints", s.warm_restart.restored_checkpoints},
-            {"restored_tier_entries", s.warm_restart.restored_tier_entries},
-            {"dropped_bad_checksum", s.warm_restart.dropped_bad_checksum},
-            {"dropped_no_room", s.warm_restart.dropped_no_room},
-            {"dropped_unreadable", s.warm_restart.dropped_unreadable},
-            {"restore_seconds", s.warm_restart.restore_seconds},
-            {"saves", s.warm_restart.saves},
-            {"save_failures", s.warm_restart.save_failures},
-            {"saved_checkpoints", s.warm_restart.saved_checkpoints}}},
-          {"memory", MemoryJson(s)}};
+// The stats tables: each section prints its fields its own way and marks
+// them shown; whatever no section shows follows under "more", named as the
+// proto names it, so a new field is never left out.
+void PrintStatsTables(const DaemonStats& s) {
+  StatsFieldSet fields(s);
+  // The configuration and identity are `statecachectl status`'s.
+  fields.Shown({"epoch", "uptime_seconds", "transfer.", "identity.",
+                "state_bytes", "backend", "max_slots", "layout_name",
+                "bytes_per_slot"});
+  // The capacity reading from the reference's checkpoint_fates: evictions
+  // tracking `kept - slots` means the pool is too small.
+  std::cout << "checkpoints (cumulative)\n";
+  fields.Shown({"checkpoints_kept", "checkpoints_dropped",
+                "checkpoints_evicted", "checkpoints_orphaned",
+                "indexed_hashes"});
+  PrintTable(
+      {{"kept", absl::StrCat(s.checkpoints_kept)},
+       {"dropped", absl::StrCat(s.checkpoints_dropped)},
+       {"evicted", absl::StrCat(s.checkpoints_evicted)},
+       {"orphaned", absl::StrCat(s.checkpoints_orphaned)},
+       {"kept - slots", absl::StrCat(s.checkpoints_kept - s.slots_total)},
+       {"indexed now", absl::StrCat(s.indexed_hashes)}},
+      "  ");
+  std::cout << "slots (now)\n";
+  fields.Shown({"slots_total", "slots_used", "slots_held", "slots_vacant",
+                "slots_quarantined"});
+  PrintTable({{"total", absl::StrCat(s.slots_total)},
+              {"used", absl::StrCat(s.slots_used)},
+              {"held", absl::StrCat(s.slots_held)},
+              {"vacant", absl::StrCat(s.slots_vacant)},
+              {"quarantined (in used)", absl::StrCat(s.slots_quarantined)}},
+             "  ");
+  std::cout << "resumes (cumulative)\n";
+  fields.Shown({"resumes_fork", "resumes_adopt", "resumes_tier", "resumes_miss",
+                "resume_blocks_wanted", "resume_blocks_resumed"});
+  PrintTable(
+      {{"fork", absl::StrCat(s.resumes_fork)},
+       {"adopt", absl::StrCat(s.resumes_adopt)},
+       {"tier", absl::StrCat(s.resumes_tier)},
+       {"miss", absl::StrCat(s.resumes_miss)},
+       {"blocks wanted", absl::StrCat(s.resume_blocks_wanted)},
+       {"blocks resumed", absl::StrCat(s.resume_blocks_resumed)},
+       {"hit ratio", Percent(s.resume_blocks_resumed, s.resume_blocks_wanted)}},
+      "  ");
+  // Shown while off too: all zero then.
+  fields.Shown({"host_tier_capacity_bytes", "host_tier_bytes",
+                "host_tier_entries", "host_tier_demotions",
+                "host_tier_evictions", "host_tier_demotions_failed",
+                "host_tier_promotions_failed"});
+  if (s.host_tier_capacity_bytes > 0) {
+    std::cout << "host tier\n";
+    PrintTable(
+        {{"capacity", HumanBytes(s.host_tier_capacity_bytes)},
+         {"held", HumanBytes(s.host_tier_bytes)},
+         {"entries", absl::StrCat(s.host_tier_entries)},
+         {"demotions", absl::StrCat(s.host_tier_demotions)},
+         {"evictions", absl::StrCat(s.host_tier_evictions)},
+         {"copy failures", absl::StrCat(s.host_tier_demotions_failed, " out, ",
+                                        s.host_tier_promotions_failed, " in")}},
+        "  ");
+  }
+  fields.Shown(
+      {"warm_restart.outcome", "warm_restart.reason",
+       "warm_restart.restored_checkpoints",
+       "warm_restart.restored_tier_entries",
+       "warm_restart.dropped_bad_checksum", "warm_restart.dropped_unreadable",
+       "warm_restart.dropped_no_room", "warm_restart.saves",
+       "warm_restart.save_failures", "warm_restart.saved_checkpoints",
+       "warm_restart.restore_seconds", "warm_restart.last_save_unix_seconds"});
+  if (const WarmRestartStats& w = s.warm_restart;
+      !w.outcome.empty() && w.outcome != "off") {
+    std::cout << "warm restart (--state_dir)\n";
+    PrintTable(
+        {{"this start", w.reason.empty()
+                            ? w.outcome
+                            : absl::StrCat(w.outcome, ": ", w.reason)},
+         {"restored",
+          absl::StrCat(w.restored_checkpoints, " checkpoints, ",
+                       w.restored_tier_entries, " tier entries in ",
+                       HumanDuration(absl::Seconds(w.restore_seconds)))},
+         {"dropped", absl::StrCat(w.dropped_bad_checksum, " bad checksum, ",
+                                  w.dropped_unreadable, " unreadable, ",
+                                  w.dropped_no_room, " no room")},
+         {"saves",
+          absl::StrCat(w.saves, " (", w.save_failures, " failed), ",
+                       w.saved_checkpoints, " checkpoints in the last")},
+         {"last save",
+          w.last_save_unix_seconds > 0
+              ? absl::FormatTime("%Y-%m-%d %H:%M:%S",
+                                 absl::FromUnixSeconds(static_cast<int64_t>(
+                                     w.last_save_unix_seconds)),
+                                 absl::LocalTimeZone())
+              : "-"}},
+        "  ");
+  }
+  std::cout << "sessions\n";
+  fields.Shown({"sessions", "requests", "lease_expiries", "sessions_evicted",
+                "draining"});
+  PrintTable({{"attached", absl::StrCat(s.sessions)},
+              {"requests", absl::StrCat(s.requests)},
+              {"lease expiries", absl::StrCat(s.lease_expiries)},
+              {"evicted", absl::StrCat(s.sessions_evicted)},
+              {"draining", s.draining ? "yes" : "no"}},
+             "  ");
+  const std::vector<StatsField> rest = fields.Unshown();
+  if (rest.empty()) return;
+  std::cout << "more\n";
+  std::vector<std::vector<std::string>> rows;
+  for (const StatsField& f : rest) {
+    rows.push_back({std::string(f.name), FieldText(f)});
+  }
+  PrintTable(rows, "  ");
 }
 
 absl::Status StatsOnce(Client& client, const CommandLine& line) {
@@ -165,123 +211,40 @@ absl::Status StatsOnce(Client& client, const CommandLine& line) {
   if (!s.ok()) return s.status();
   if (line.json) {
     std::cout << StatsJson(*s).dump(2) << "\n";
-    return absl::OkStatus();
+  } else {
+    PrintStatsTables(*s);
   }
-  // The capacity reading from the reference's checkpoint_fates: evictions
-  // tracking `kept - slots` means the pool is too small.
-  std::cout << "checkpoints (cumulative)\n";
-  PrintTable(
-      {{"kept", absl::StrCat(s->checkpoints_kept)},
-       {"dropped", absl::StrCat(s->checkpoints_dropped)},
-       {"evicted", absl::StrCat(s->checkpoints_evicted)},
-       {"orphaned", absl::StrCat(s->checkpoints_orphaned)},
-       {"kept - slots", absl::StrCat(s->checkpoints_kept - s->slots_total)},
-       {"indexed now", absl::StrCat(s->indexed_hashes)}},
-      "  ");
-  std::cout << "slots (now)\n";
-  PrintTable({{"total", absl::StrCat(s->slots_total)},
-              {"used", absl::StrCat(s->slots_used)},
-              {"held", absl::StrCat(s->slots_held)},
-              {"vacant", absl::StrCat(s->slots_vacant)},
-              {"quarantined (in used)", absl::StrCat(s->slots_quarantined)}},
-             "  ");
-  std::cout << "resumes (cumulative)\n";
-  PrintTable({{"fork", absl::StrCat(s->resumes_fork)},
-              {"adopt", absl::StrCat(s->resumes_adopt)},
-              {"tier", absl::StrCat(s->host_tier.resumes)},
-              {"miss", absl::StrCat(s->resumes_miss)},
-              {"blocks wanted", absl::StrCat(s->resume_blocks_wanted)},
-              {"blocks resumed", absl::StrCat(s->resume_blocks_resumed)},
-              {"hit ratio",
-               Percent(s->resume_blocks_resumed, s->resume_blocks_wanted)}},
-             "  ");
-  if (s->host_tier.capacity_bytes > 0) {
-    const HostTierStats& t = s->host_tier;
-    std::cout << "host tier\n";
-    PrintTable({{"capacity", HumanBytes(t.capacity_bytes)},
-                {"held", HumanBytes(t.held_bytes)},
-                {"entries", absl::StrCat(t.entries)},
-                {"demotions", absl::StrCat(t.demotions)},
-                {"evictions", absl::StrCat(t.evictions)},
-                {"copy failures", absl::StrCat(t.demotions_failed, " out, ",
-                                               t.promotions_failed, " in")}},
-               "  ");
-  }
-  if (const WarmRestartStats& w = s->warm_restart;
-      !w.outcome.empty() && w.outcome != "off") {
-    std::cout << "warm restart (--state_dir)\n";
-    PrintTable(
-        {{"this start", w.reason.empty()
-                            ? w.outcome
-                            : absl::StrCat(w.outcome, ": ", w.reason)},
-         {"restored", absl::StrCat(w.restored_checkpoints, " checkpoints, ",
-                                   w.restored_tier_entries, " tier entries")},
-         {"dropped", absl::StrCat(w.dropped_bad_checksum, " bad checksum, ",
-                                  w.dropped_unreadable, " unreadable, ",
-                                  w.dropped_no_room, " no room")},
-         {"saves",
-          absl::StrCat(w.saves, " (", w.save_failures, " failed), ",
-                       w.saved_checkpoints, " checkpoints in the last")}},
-        "  ");
-  }
-  std::cout << "sessions\n";
-  PrintTable({{"attached", absl::StrCat(s->sessions)},
-              {"requests", absl::StrCat(s->requests)},
-              {"lease expiries", absl::StrCat(s->lease_expiries)},
-              {"evicted", absl::StrCat(s->sessions_evicted)},
-              {"draining", s->draining ? "yes" : "no"}},
-             "  ");
   return absl::OkStatus();
 }
 
-// One stats --watch frame: totals now and rates since `prev` (none for the
-// first frame, or after the daemon restarted).
+// One stats --watch frame: every counter's total and its rate since `prev`
+// (none for the first frame, or after the daemon restarted), then every
+// gauge.
 void PrintWatchFrame(const CommandLine& line, const DaemonStats& s,
                      const std::optional<DaemonStats>& prev,
                      absl::Duration elapsed, int64_t frame, bool restarted,
                      bool tty) {
   const double secs = absl::ToDoubleSeconds(elapsed);
-  const bool rates = prev.has_value() && secs > 0;
-  auto delta = [&](int64_t DaemonStats::*field) -> int64_t {
-    return rates ? s.*field - (*prev).*field : 0;
-  };
-  auto rate = [&](int64_t DaemonStats::*field) -> std::optional<double> {
-    if (!rates) return std::nullopt;
-    return static_cast<double>(delta(field)) / secs;
-  };
+  const std::vector<CounterRate> rates = CounterRates(s, prev, secs);
   const std::optional<double> interval_hit =
-      rates ? Ratio(delta(&DaemonStats::resume_blocks_resumed),
-                    delta(&DaemonStats::resume_blocks_wanted))
-            : std::nullopt;
+      prev.has_value() && secs > 0
+          ? Ratio(s.resume_blocks_resumed - prev->resume_blocks_resumed,
+                  s.resume_blocks_wanted - prev->resume_blocks_wanted)
+          : std::nullopt;
   if (line.json) {
     nlohmann::json out = StatsJson(s);
     out["frame"] = frame;
     out["restarted"] = restarted;
-    out["interval_seconds"] = rates ? nlohmann::json(secs) : nullptr;
-    out["rates"] = {
-        {"kept_per_second", OptionalJson(rate(&DaemonStats::checkpoints_kept))},
-        {"evicted_per_second",
-         OptionalJson(rate(&DaemonStats::checkpoints_evicted))},
-        {"orphaned_per_second",
-         OptionalJson(rate(&DaemonStats::checkpoints_orphaned))},
-        {"dropped_per_second",
-         OptionalJson(rate(&DaemonStats::checkpoints_dropped))},
-        {"resumes_per_second",
-         OptionalJson(rates ? std::optional<double>(
-                                  static_cast<double>(
-                                      delta(&DaemonStats::resumes_fork) +
-                                      delta(&DaemonStats::resumes_adopt) +
-                                      delta(&DaemonStats::resumes_miss)) /
-                                  secs)
-                            : std::nullopt)},
-        {"hit_ratio", OptionalJson(interval_hit)}};
+    out["interval_seconds"] = prev.has_value() ? nlohmann::json(secs) : nullptr;
+    nlohmann::json& per_second = out["rates"] = nlohmann::json::object();
+    for (const CounterRate& r : rates) {
+      per_second[std::string(r.name) + "_per_second"] =
+          OptionalJson(r.per_second);
+    }
+    per_second["hit_ratio"] = OptionalJson(interval_hit);
     std::cout << out.dump() << "\n" << std::flush;
     return;
   }
-  auto per_second = [&](int64_t DaemonStats::*field) {
-    std::optional<double> r = rate(field);
-    return r.has_value() ? absl::StrFormat("%.1f", *r) : std::string("-");
-  };
   // On a terminal the frame replaces the previous one; in a pipe or a file
   // frames follow each other, separated by a blank line.
   if (tty) {
@@ -298,36 +261,28 @@ void PrintWatchFrame(const CommandLine& line, const DaemonStats& s,
   if (restarted) {
     std::cout << "the daemon restarted (new epoch): rates start over\n";
   }
-  PrintTable(
-      {{"checkpoints", "total", "per second"},
-       {"kept", absl::StrCat(s.checkpoints_kept),
-        per_second(&DaemonStats::checkpoints_kept)},
-       {"evicted", absl::StrCat(s.checkpoints_evicted),
-        per_second(&DaemonStats::checkpoints_evicted)},
-       {"orphaned", absl::StrCat(s.checkpoints_orphaned),
-        per_second(&DaemonStats::checkpoints_orphaned)},
-       {"dropped", absl::StrCat(s.checkpoints_dropped),
-        per_second(&DaemonStats::checkpoints_dropped)},
-       {"kept - capacity", absl::StrCat(s.checkpoints_kept - s.slots_total),
-        "-"},
-       {"resumes fork", absl::StrCat(s.resumes_fork),
-        per_second(&DaemonStats::resumes_fork)},
-       {"resumes adopt", absl::StrCat(s.resumes_adopt),
-        per_second(&DaemonStats::resumes_adopt)},
-       {"resumes miss", absl::StrCat(s.resumes_miss),
-        per_second(&DaemonStats::resumes_miss)},
-       {"hit ratio", Percent(s.resume_blocks_resumed, s.resume_blocks_wanted),
-        interval_hit.has_value()
-            ? absl::StrFormat("%.1f%%", 100 * *interval_hit)
-            : "-"}},
-      "", /*has_header=*/true);
-  PrintTable({{"slots", "total", "used", "held", "vacant"},
-              {"now", absl::StrCat(s.slots_total), absl::StrCat(s.slots_used),
-               absl::StrCat(s.slots_held), absl::StrCat(s.slots_vacant)}},
-             "", /*has_header=*/true);
-  std::cout << absl::StrFormat(
-      "sessions %d, requests %d, lease expiries %d, evicted %d\n", s.sessions,
-      s.requests, s.lease_expiries, s.sessions_evicted);
+  std::vector<std::vector<std::string>> counters = {
+      {"counter", "total", "per second"}};
+  for (const CounterRate& r : rates) {
+    counters.push_back({std::string(r.name), absl::StrCat(r.total),
+                        r.per_second.has_value()
+                            ? absl::StrFormat("%.1f", *r.per_second)
+                            : "-"});
+  }
+  counters.push_back({"kept - capacity",
+                      absl::StrCat(s.checkpoints_kept - s.slots_total), "-"});
+  counters.push_back(
+      {"hit ratio", Percent(s.resume_blocks_resumed, s.resume_blocks_wanted),
+       interval_hit.has_value() ? absl::StrFormat("%.1f%%", 100 * *interval_hit)
+                                : "-"});
+  PrintTable(counters, "", /*has_header=*/true);
+  std::vector<std::vector<std::string>> gauges = {{"gauge", "now"}};
+  for (const StatsField& f : StatsFields(s)) {
+    if (f.kind == StatsFieldKind::kGauge) {
+      gauges.push_back({std::string(f.name), FieldText(f)});
+    }
+  }
+  PrintTable(gauges, "", /*has_header=*/true);
   std::cout << "(hit ratio: blocks resumed / wanted, cumulative and over the "
                "interval; evicted tracking kept - capacity: pool too small; "
                "orphaned rising: KV pool too small)\n"

@@ -81,19 +81,6 @@ std::string TransferText(const TransferConfig& transfer) {
   return text;
 }
 
-nlohmann::json TransferJson(const TransferConfig& transfer) {
-  return {{"kind", transfer.kind},
-          {"fork_tokens", transfer.fork_tokens},
-          {"readable_midstep", transfer.readable_midstep}};
-}
-
-nlohmann::json IdentityJson(const ModelIdentity& identity) {
-  return {{"model_id", identity.model_id},
-          {"hash_block_size", identity.hash_block_size},
-          {"hash_namespace", identity.hash_namespace},
-          {"num_spec", identity.num_spec}};
-}
-
 // "85.0%", or "-" when there is nothing to divide by.
 std::string Percent(int64_t part, int64_t whole) {
   if (whole <= 0) return "-";
@@ -123,19 +110,8 @@ std::string HumanBytes(uint64_t bytes) {
                    : absl::StrFormat("%.2f %s", value, kUnits[unit]);
 }
 
-// Whether the daemon has state memory and says how much (a daemon without
-// it reports backend "none"; one from before the field, nothing).
 bool HasMemory(const DaemonStats& s) {
   return !s.backend.empty() && s.backend != "none";
-}
-
-nlohmann::json MemoryJson(const DaemonStats& s) {
-  if (!HasMemory(s)) return nullptr;
-  return {{"backend", s.backend},
-          {"state_bytes", s.state_bytes},
-          {"layout_name", s.layout_name},
-          {"bytes_per_slot", s.bytes_per_slot},
-          {"max_slots", s.max_slots}};
 }
 
 std::string MemoryText(const DaemonStats& s) {

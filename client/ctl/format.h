@@ -29,12 +29,8 @@ std::string ElapsedText(absl::Duration d);
 void PrintTable(const std::vector<std::vector<std::string>>& rows,
                 absl::string_view indent = "", bool has_header = false);
 
-// The transfer as text and as JSON: "fork(1), readable midstep".
+// The transfer as text: "fork(1), readable midstep".
 std::string TransferText(const TransferConfig& transfer);
-nlohmann::json TransferJson(const TransferConfig& transfer);
-
-// The model identity's fields as JSON.
-nlohmann::json IdentityJson(const ModelIdentity& identity);
 
 // "85.0%", or "-" when there is nothing to divide by.
 std::string Percent(int64_t part, int64_t whole);
@@ -47,13 +43,11 @@ nlohmann::json OptionalJson(const std::optional<double>& v);
 // "1.50 GiB": binary units, as memory is allocated.
 std::string HumanBytes(uint64_t bytes);
 
-// Whether the daemon has state memory and says how much (a daemon without
-// it reports backend "none"; one from before the field, nothing).
+// Whether the daemon has state memory (without it, it reports backend
+// "none").
 bool HasMemory(const DaemonStats& s);
 
-// The state memory (backend, bytes committed, layout) as JSON (null
-// without it) and as a line of text.
-nlohmann::json MemoryJson(const DaemonStats& s);
+// The state memory (backend, bytes committed, layout) as a line of text.
 std::string MemoryText(const DaemonStats& s);
 
 }  // namespace statecache::ctl

@@ -258,7 +258,7 @@ class ResizeMemoryTest(CtlTestCase):
         self.assertEqual(self.daemon.metrics().value("statecache_state_bytes"), 10 * per_slot)
 
         status = self.ctl.run("--json", "status")
-        memory = json.loads(status.stdout)["memory"]
+        memory = json.loads(status.stdout)
         self.assertEqual((memory["backend"], memory["layout_name"], memory["state_bytes"]),
                          ("host", "tiny", 10 * per_slot))
 
@@ -373,19 +373,30 @@ class StatsWatchTest(CtlTestCase):
                             result.stdout)
         self.assertEqual(frames, ["1", "2", "3"], result.stdout)
         # Totals in every frame; rates from the second on.
-        self.assertEqual(len(re.findall(r"(?m)^kept +1 +-$", result.stdout)), 1, result.stdout)
-        self.assertEqual(len(re.findall(r"(?m)^kept +1 +0\.0$", result.stdout)), 2,
+        self.assertEqual(len(re.findall(r"(?m)^checkpoints_kept +1 +-$", result.stdout)), 1,
                          result.stdout)
-        self.assertEqual(len(re.findall(r"(?m)^now +8 +2 +0 +6$", result.stdout)), 3,
+        self.assertEqual(len(re.findall(r"(?m)^checkpoints_kept +1 +0\.0$", result.stdout)), 2,
                          result.stdout)
+        self.assertEqual(len(re.findall(r"(?m)^slots_used +2$", result.stdout)), 3,
+                         result.stdout)
+        # Every counter and gauge the proto marks appears in every frame,
+        # with its proto name (the tier's resumes were once left out).
+        for name, kind in harness.stats_field_kinds().items():
+            if kind in ("counter", "gauge"):
+                self.assertEqual(len(re.findall(r"(?m)^%s +" % re.escape(name), result.stdout)),
+                                 3, name)
 
         result = self.ctl.run("--json", "stats", "--watch", "--interval=100ms", "--count=2")
         self.assertEqual(result.returncode, 0, result.stderr)
         lines = [json.loads(line) for line in result.stdout.splitlines()]
         self.assertEqual([f["frame"] for f in lines], [1, 2])
-        self.assertIsNone(lines[0]["rates"]["kept_per_second"])
-        self.assertEqual(lines[1]["rates"]["kept_per_second"], 0)
-        self.assertEqual(lines[1]["checkpoints"]["kept"], 1)
+        self.assertIsNone(lines[0]["rates"]["checkpoints_kept_per_second"])
+        self.assertEqual(lines[1]["rates"]["checkpoints_kept_per_second"], 0)
+        self.assertEqual(lines[1]["checkpoints_kept"], 1)
+        counters = [n for n, k in harness.stats_field_kinds().items() if k == "counter"]
+        self.assertIn("resumes_tier", counters)
+        for name in counters:
+            self.assertIn(name + "_per_second", lines[1]["rates"])
         self.assertGreater(lines[1]["interval_seconds"], 0.05)
 
     def test_ctrl_c_exits_0(self):
@@ -459,7 +470,7 @@ class TlsTest(unittest.TestCase):
         self.assertRegex(result.stdout, r"(?m)^slots +8 total")
         result = self.ctl.run(*self.tls(), "--json", "stats")
         self.assertEqual(result.returncode, 0, result.stderr)
-        self.assertEqual(json.loads(result.stdout)["slots"]["total"], 8, result.stdout)
+        self.assertEqual(json.loads(result.stdout)["slots_total"], 8, result.stdout)
 
         # Operator calls: ops is one (--admin_allow=x509:ops), eng is not;
         # eng's session shows its certificate's name.

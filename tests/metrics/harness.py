@@ -96,6 +96,27 @@ def stubs():
     return _STUBS
 
 
+def stats_field_kinds():
+    """Every scalar of GetStatsResponse by path ("warm_restart.saves") ->
+    "counter", "gauge" or "other", read from the proto's MetricExport
+    options: what statecachectl's views must each carry."""
+    pb2, _ = stubs()
+    kinds = {}
+
+    def walk(message, prefix):
+        for field in message.fields:
+            name = prefix + field.name
+            if field.message_type is not None:
+                walk(field.message_type, name + ".")
+                continue
+            export = field.GetOptions().Extensions[pb2.metric]
+            kinds[name] = {pb2.MetricExport.COUNTER: "counter",
+                           pb2.MetricExport.GAUGE: "gauge"}.get(export.kind, "other")
+
+    walk(pb2.GetStatsResponse.DESCRIPTOR, "")
+    return kinds
+
+
 # ------------------------------------------------------------------ daemon
 
 class Daemon:
