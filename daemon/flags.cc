@@ -280,9 +280,6 @@ absl::StatusOr<StateCacheOptions> OptionsFromFlags(const RegionAccess& access) {
   options.identity.set_hash_block_size(absl::GetFlag(FLAGS_hash_block_size));
   options.identity.set_hash_namespace(absl::GetFlag(FLAGS_hash_namespace));
   options.identity.set_num_spec(absl::GetFlag(FLAGS_num_spec));
-  if (options.identity.num_spec() < 0) {
-    return absl::InvalidArgumentError("--num_spec must be >= 0");
-  }
   options.num_slots = absl::GetFlag(FLAGS_num_slots);
   int64_t max_slots = absl::GetFlag(FLAGS_max_slots);
   if (max_slots < 0) {
@@ -319,9 +316,6 @@ absl::StatusOr<StateCacheOptions> OptionsFromFlags(const RegionAccess& access) {
   options.transfer = *transfer;
 
   options.lease_ttl = absl::GetFlag(FLAGS_lease_ttl);
-  if (options.lease_ttl <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError("--lease_ttl must be positive");
-  }
   std::string admin_allow = absl::GetFlag(FLAGS_admin_allow);
   if (admin_allow.empty()) {
     admin_allow = ::geteuid() == 0 ? std::string("uid:0")
@@ -341,22 +335,14 @@ absl::StatusOr<StateCacheOptions> OptionsFromFlags(const RegionAccess& access) {
   }
   options.max_slots_per_session = absl::GetFlag(FLAGS_max_slots_per_session);
   options.max_sessions = absl::GetFlag(FLAGS_max_sessions);
-  if (options.max_slots_per_session < 0 || options.max_sessions < 0) {
-    return absl::InvalidArgumentError(
-        "--max_slots_per_session and --max_sessions must be >= 0 (0: none)");
-  }
   options.max_operations_per_step = absl::GetFlag(FLAGS_max_ops_per_step);
   options.max_hashes_per_step = absl::GetFlag(FLAGS_max_hashes_per_step);
   options.fair_share = absl::GetFlag(FLAGS_fair_share);
   options.operation_timing_interval =
       absl::GetFlag(FLAGS_operation_timing_interval);
-  if (options.operation_timing_interval < 1) {
-    return absl::InvalidArgumentError(
-        "--operation_timing_interval must be >= 1 (1: every operation)");
-  }
-  if (options.max_operations_per_step < 1) {
-    return absl::InvalidArgumentError("--max_ops_per_step must be >= 1");
-  }
+  // StateCache::Create checks the rest; asked now, before the state memory
+  // is allocated.
+  RETURN_IF_ERROR(StateCache::ValidateOptions(options));
   // The state memory, when a layout is given. Its shm name carries the
   // epoch, so the epoch is chosen here rather than by StateCache.
   const std::string layout_file = absl::GetFlag(FLAGS_layout);

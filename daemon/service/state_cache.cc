@@ -9,9 +9,9 @@
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/common/status_macros.h"
-#include "daemon/device/dtype.h"
 #include "daemon/service/log.h"
 #include "proto/packed_codec.h"
+#include "vocabulary/dtype.h"
 
 namespace statecache {
 namespace {
@@ -59,8 +59,7 @@ Clock* Clock::Real() {
 
 // ------------------------------------------------------------------ creation
 
-absl::StatusOr<std::unique_ptr<StateCache>> StateCache::Create(
-    StateCacheOptions options) {
+absl::Status StateCache::ValidateOptions(const StateCacheOptions& options) {
   if (options.num_slots < 1 || options.num_slots > options.max_slots ||
       options.max_slots > kMaxSlots) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -91,6 +90,12 @@ absl::StatusOr<std::unique_ptr<StateCache>> StateCache::Create(
   if (options.identity.num_spec() < 0) {
     return absl::InvalidArgumentError("num_spec must be >= 0");
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<StateCache>> StateCache::Create(
+    StateCacheOptions options) {
+  RETURN_IF_ERROR(ValidateOptions(options));
   ASSIGN_OR_RETURN(
       SlotMemory memory,
       SlotMemory::Create(options.num_slots, options.transfer,

@@ -143,6 +143,12 @@ class StateCache {
   //   no slot, RESOURCE_EXHAUSTED or INTERNAL the memory cannot be had).
   static absl::StatusOr<std::unique_ptr<StateCache>> Create(
       StateCacheOptions options);
+  // The checks of `options`' own fields that Create makes first (all but
+  // the device's, the transfer's and the host tier's), for a caller that
+  // wants them answered before it allocates the state memory.
+  // Errors: INVALID_ARGUMENT as Create's, naming the first field out of
+  // range.
+  static absl::Status ValidateOptions(const StateCacheOptions& options);
   ~StateCache();
 
   StateCache(const StateCache&) = delete;
