@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/device/copy_plan.h"
-#include "daemon/device/layout.h"
+#include "vocabulary/layout.h"
 #include "daemon/device/layout_presets.h"
 
 namespace statecache {

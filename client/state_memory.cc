@@ -4,8 +4,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/device/dtype.h"
-#include "daemon/device/layout.h"
+#include "vocabulary/dtype.h"
+#include "vocabulary/layout.h"
 #include "proto/statecache/v1/statecache.pb.h"
 
 namespace statecache {

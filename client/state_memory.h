@@ -9,7 +9,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "daemon/device/region_export.h"
+#include "vocabulary/region_export.h"
 
 namespace statecache {
 

@@ -65,7 +65,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "client/daemon_stats.h"  // generated from the proto by the build
-#include "client/default_address.h"
+#include "vocabulary/default_address.h"
 
 namespace statecache {
 

@@ -39,7 +39,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "client/default_address.h"
+#include "vocabulary/default_address.h"
 #include "daemon/command_line.h"
 #include "daemon/common/status_macros.h"
 #include "daemon/device/device.h"

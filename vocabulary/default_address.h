@@ -8,8 +8,8 @@
 //               else unix:/tmp/statecache-$UID/statecached.sock
 //
 // Thread safety: thread-safe (reads the environment).
-#ifndef STATECACHE_CLIENT_DEFAULT_ADDRESS_H_
-#define STATECACHE_CLIENT_DEFAULT_ADDRESS_H_
+#ifndef STATECACHE_VOCABULARY_DEFAULT_ADDRESS_H_
+#define STATECACHE_VOCABULARY_DEFAULT_ADDRESS_H_
 
 #include <unistd.h>
 
@@ -30,4 +30,4 @@ inline std::string DefaultAddress() {
 
 }  // namespace statecache
 
-#endif  // STATECACHE_CLIENT_DEFAULT_ADDRESS_H_
+#endif  // STATECACHE_VOCABULARY_DEFAULT_ADDRESS_H_

@@ -1,8 +1,7 @@
-#include "daemon/device/dtype.h"
+#include "vocabulary/dtype.h"
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "daemon/common/string_view_compat.h"
 
 namespace statecache {
 namespace {
@@ -37,7 +36,7 @@ absl::StatusOr<DType> ParseDType(std::string_view name) {
   if (name == "half") return DType::kF16;
   if (name == "float") return DType::kF32;
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown dtype \"", Av(name),
+      absl::StrCat("unknown dtype \"", std::string(name),
                    "\" (accepted: bf16, f16, f32, f8_e4m3, f8_e5m2, or the "
                    "torch names bfloat16, float16, half, float32, float, "
                    "float8_e4m3fn, float8_e5m2)"));

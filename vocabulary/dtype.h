@@ -5,8 +5,8 @@
 // them); the name travels to model runners so they build typed views.
 //
 // Thread-safe: pure functions.
-#ifndef STATECACHE_DAEMON_DEVICE_DTYPE_H_
-#define STATECACHE_DAEMON_DEVICE_DTYPE_H_
+#ifndef STATECACHE_VOCABULARY_DTYPE_H_
+#define STATECACHE_VOCABULARY_DTYPE_H_
 
 #include <cstdint>
 #include <string_view>
@@ -37,4 +37,4 @@ absl::StatusOr<DType> ParseDType(std::string_view name);
 
 }  // namespace statecache
 
-#endif  // STATECACHE_DAEMON_DEVICE_DTYPE_H_
+#endif  // STATECACHE_VOCABULARY_DTYPE_H_

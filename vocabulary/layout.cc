@@ -1,4 +1,4 @@
-#include "daemon/device/layout.h"
+#include "vocabulary/layout.h"
 
 #include <utility>
 
@@ -7,7 +7,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "daemon/common/string_view_compat.h"
 
 namespace statecache {
 namespace {
@@ -45,7 +44,7 @@ absl::StatusOr<Arrangement> ParseArrangement(std::string_view name) {
   if (name == "slot_major") return Arrangement::kSlotMajor;
   if (name == "layer_major") return Arrangement::kLayerMajor;
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown arrangement \"", Av(name),
+      absl::StrCat("unknown arrangement \"", std::string(name),
                    "\" (accepted: slot_major, layer_major)"));
 }
 
@@ -190,10 +189,11 @@ std::vector<TensorPlacement> StateLayout::Placements(int64_t capacity) const {
 std::string StateLayout::CanonicalString() const {
   std::string out =
       absl::StrCat("statecache-layout/v1;align=", kLayoutAlignment,
-                   ";arrangement=", Av(ArrangementName(arrangement_)),
+                   ";arrangement=", std::string(ArrangementName(arrangement_)),
                    ";layers=", num_layers_, ";");
   for (const StateTensorSpec& t : tensors_) {
-    absl::StrAppend(&out, "tensor=", t.name, ":", Av(DTypeName(t.dtype)), ":",
+    absl::StrAppend(&out, "tensor=", t.name, ":",
+                    std::string(DTypeName(t.dtype)), ":",
                     absl::StrJoin(t.shape, "x"), ";");
   }
   return out;

@@ -45,8 +45,8 @@
 // own), nor is the capacity (it travels with the region).
 //
 // Thread-safety: immutable after Create; safe to share across threads.
-#ifndef STATECACHE_DAEMON_DEVICE_LAYOUT_H_
-#define STATECACHE_DAEMON_DEVICE_LAYOUT_H_
+#ifndef STATECACHE_VOCABULARY_LAYOUT_H_
+#define STATECACHE_VOCABULARY_LAYOUT_H_
 
 #include <cstdint>
 #include <string>
@@ -55,7 +55,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "daemon/device/dtype.h"
+#include "vocabulary/dtype.h"
 
 namespace statecache {
 
@@ -198,4 +198,4 @@ uint64_t Fnv1a64(std::string_view bytes);
 
 }  // namespace statecache
 
-#endif  // STATECACHE_DAEMON_DEVICE_LAYOUT_H_
+#endif  // STATECACHE_VOCABULARY_LAYOUT_H_

@@ -21,14 +21,14 @@
 // for a slot-major host region, region_bytes (the handle stays the same;
 // HostRegion::Remap follows it). Placements never change for a given
 // capacity_slots.
-#ifndef STATECACHE_DAEMON_DEVICE_REGION_EXPORT_H_
-#define STATECACHE_DAEMON_DEVICE_REGION_EXPORT_H_
+#ifndef STATECACHE_VOCABULARY_REGION_EXPORT_H_
+#define STATECACHE_VOCABULARY_REGION_EXPORT_H_
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "daemon/device/layout.h"
+#include "vocabulary/layout.h"
 
 namespace statecache {
 
@@ -49,4 +49,4 @@ struct RegionExport {
 
 }  // namespace statecache
 
-#endif  // STATECACHE_DAEMON_DEVICE_REGION_EXPORT_H_
+#endif  // STATECACHE_VOCABULARY_REGION_EXPORT_H_

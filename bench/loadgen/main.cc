@@ -46,7 +46,7 @@
 #include "bench/loadgen/report.h"
 #include "bench/loadgen/scheduler.h"
 #include "bench/loadgen/workload.h"
-#include "client/default_address.h"
+#include "vocabulary/default_address.h"
 #include "client/statecache_client.h"
 
 ABSL_FLAG(std::string, workload, "",

@@ -14,7 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "client/default_address.h"
+#include "vocabulary/default_address.h"
 
 namespace statecache::ctl {
 

@@ -18,7 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "daemon/device/layout.h"
+#include "vocabulary/layout.h"
 #include "kernels/copy_table.h"
 
 namespace statecache {

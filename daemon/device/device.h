@@ -45,8 +45,8 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "daemon/device/copy_plan.h"
-#include "daemon/device/layout.h"
-#include "daemon/device/region_export.h"
+#include "vocabulary/layout.h"
+#include "vocabulary/region_export.h"
 
 namespace statecache {
 

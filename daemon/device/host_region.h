@@ -17,7 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "daemon/device/region_export.h"
+#include "vocabulary/region_export.h"
 
 namespace statecache {
 

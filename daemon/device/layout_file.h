@@ -27,7 +27,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
-#include "daemon/device/layout.h"
+#include "vocabulary/layout.h"
 
 namespace statecache {
 

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "daemon/device/layout.h"
+#include "vocabulary/layout.h"
 
 namespace statecache {
 

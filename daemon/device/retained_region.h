@@ -20,7 +20,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "daemon/device/layout.h"
+#include "vocabulary/layout.h"
 
 namespace statecache {
 

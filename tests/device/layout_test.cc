@@ -1,7 +1,7 @@
 // StateLayout: sizes (Qwen3-Next by hand), placements that tile each slot
 // exactly and keep distinct slots apart in both arrangements, the 16-byte
 // rule, element strides, the fingerprint, presets and refusals.
-#include "daemon/device/layout.h"
+#include "vocabulary/layout.h"
 
 #include <algorithm>
 #include <random>

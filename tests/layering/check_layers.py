@@ -16,40 +16,38 @@ import sys
 
 # layer -> the layers its files may include (besides its own).
 ALLOWED = {
-    "common": set(),
-    "kernels": {"common"},
-    "device": {"common", "kernels"},
+    # What the daemon and its clients share (vocabulary/): includes nothing.
+    "vocabulary": set(),
+    "common": {"vocabulary"},
+    "kernels": {"vocabulary", "common"},
+    "device": {"vocabulary", "common", "kernels"},
     # The pool's verbs (slot_memory) own the Device seam beside the core.
-    "core": {"common", "device", "kernels"},
-    "replay": {"common", "core"},
-    "proto": {"common"},
-    "service": {"common", "core", "device", "kernels", "proto"},
-    "adapter": {"common", "core", "device", "kernels", "proto", "service"},
+    "core": {"vocabulary", "common", "device", "kernels"},
+    "replay": {"vocabulary", "common", "core"},
+    "proto": {"vocabulary", "common"},
+    "service": {"vocabulary", "common", "core", "device", "kernels", "proto"},
+    "adapter": {"vocabulary", "common", "core", "device", "kernels", "proto",
+                "service"},
     # Metrics observes the RPCs through the adapter's RpcObserver.
-    "metrics": {"common", "core", "device", "kernels", "proto", "service",
-                "adapter"},
-    "main": {"common", "core", "device", "kernels", "proto", "service",
-             "adapter", "metrics"},
-    "client": {"common", "device", "kernels", "proto"},
+    "metrics": {"vocabulary", "common", "core", "device", "kernels", "proto",
+                "service", "adapter"},
+    "main": {"vocabulary", "common", "core", "device", "kernels", "proto",
+             "service", "adapter", "metrics"},
+    # The clients include nothing of the daemon's: what they share with it
+    # is in vocabulary/ and proto/.
+    "client": {"vocabulary", "proto"},
 }
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 SOURCE_SUFFIXES = (".h", ".cc", ".hip")
 
 
-# The one address both sides default to, installed with the client so that
-# `client/default_address.h` resolves for its users: a common header that
-# lives with the client.
-COMMON_FILES = ("client/default_address.h",)
-
-
 def layer_of(path):
     """The layer of a project path, or None for files outside the layers."""
-    if path in COMMON_FILES:
-        return "common"
     if path.startswith("daemon/") and path.count("/") == 1:
         return "main"  # main.cc and the pieces of the executable beside it
-    for prefix, layer in (("daemon/common/", "common"),
+    for prefix, layer in (("vocabulary/", "vocabulary"),
+                          ("daemon/common/", "common"),
                           ("kernels/", "kernels"),
                           ("daemon/device/", "device"),
                           ("daemon/core/", "core"),
@@ -65,7 +63,7 @@ def layer_of(path):
 
 
 def project_files(root):
-    for top in ("daemon", "kernels", "proto", "client"):
+    for top in ("vocabulary", "daemon", "kernels", "proto", "client"):
         for dirpath, dirnames, filenames in os.walk(os.path.join(root, top)):
             dirnames[:] = [d for d in dirnames if d not in ("python",)]
             for name in filenames:

@@ -47,7 +47,7 @@ _PROBE_SECONDS = 1.0
 
 def default_address() -> str:
     """Where statecached listens unless told otherwise (as
-    client/default_address.h and the daemon's --listen default):
+    vocabulary/default_address.h and the daemon's --listen default):
     ``unix:/run/statecache/statecached.sock`` as root, else
     ``unix:$XDG_RUNTIME_DIR/statecache/statecached.sock`` when
     XDG_RUNTIME_DIR is an absolute path, else
