@@ -1,7 +1,7 @@
 // The reference's timing script (bench/reference_timing.py --paced) as a
 // child process that runs one repetition each time it is asked: the trace is
 // loaded and converted once, and a benchmark's repetitions can interleave
-// with the script's (pool_bench, rpc_bench).
+// with the script's (pool_bench, reference_bench).
 #ifndef STATECACHE_BENCH_PACED_REFERENCE_H_
 #define STATECACHE_BENCH_PACED_REFERENCE_H_
 

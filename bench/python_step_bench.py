@@ -12,7 +12,7 @@ on as deployed), and times, on that socket in the same run:
   * Ping from Python (grpc's Python stub): the baseline;
   * Steps of 1 and 256 operations through the package (statecache.Session:
     always the packed form), unary and over StepStream. The passes are
-    rpc_bench's Scheduler's (bench/rpc_bench.cc), ported: begin_pass, the
+    rpc_bench's Scheduler's (bench/rpc/passes.h), ported: begin_pass, the
     releases of the oldest running requests, a consume_fork and a checkpoint
     for every running request, admissions resuming earlier turns, and
     resumable_hit queries filling the rest; the running batch (~ops/2

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Times the reference pool's calls alone on a trace, for bench/pool_bench
-and bench/rpc_bench.
+and bench/reference_bench.
 
     reference_timing.py --reference-dir D TRACE.jsonl [--reps N] [--paced]
                         [--passes PASSES.json]
@@ -15,7 +15,7 @@ as lines arrive (--reps is ignored): pool_bench interleaves these with its
 own repetitions, so the two sides are timed minutes apart at most, not in two
 blocks a machine's drift can fall between.
 
-With --passes (rpc_bench), the trace is a scheduler's passes one after
+With --passes (reference_bench), the trace is a scheduler's passes one after
 another and PASSES.json says where they start and end:
 `{"untimed_calls": W, "pass_calls": [c1, c2, ...]}` -- the first W calls
 bring the pool to its steady state, untimed, then each pass's calls are

@@ -1,30 +1,43 @@
 #!/usr/bin/python3
-"""Soak: a statecached under a steady multi-scheduler workload for a while,
-its RSS and open file descriptors sampled. Both should be flat after
-warm-up.
+"""Soak: whether a statecached's memory (VmRSS) or open file descriptors
+grow, under a steady multi-scheduler workload for a while, or over
+thousands of sessions coming and going as fast as they can. Both should be
+flat after warm-up.
 
+    # the workload, for --duration seconds
     PYTHONPATH=build/python /usr/bin/python3 bench/soak.py --duration 300 \\
         [--statecached build/bin/statecached] [--schedulers 4] [--interval 2]
+    # the per-session part alone, thousands of times faster
+    PYTHONPATH=build/python /usr/bin/python3 bench/soak.py --sessions 24000 \\
+        [--end detach|evict|lapse] [--same_connection]
 
-It starts a daemon on a private Unix socket (host state memory, a short
-lease and quarantine), `--schedulers` scheduler processes
-(tests/chaos/scheduler.py: real passes through the statecache package:
-admit, reserve, publish/cancel, consume_fork, checkpoint, release), and
-every `--churn` seconds replaces one of them, alternately by SIGKILL (its
-session lapses and is fenced) and by a clean exit (it detaches), so
-sessions come and go as well. Every `--interval` seconds it prints one
-sample: the daemon's VmRSS (/proc/PID/status) and open fds (/proc/PID/fd),
-sessions, requests, slots used and quarantined, and the passes the
-schedulers ran. At the end it compares the medians of the first, middle
-and last third of the samples (the first third is the warm-up) and fits a
-line through the samples after warm-up: growth after warm-up is the last
-third's median over the middle third's, and the slope. It prints and
+The workload (--duration): it starts a daemon on a private Unix socket (host
+state memory, a short lease and quarantine), `--schedulers` scheduler
+processes (tests/chaos/scheduler.py: real passes through the statecache
+package: admit, reserve, publish/cancel, consume_fork, checkpoint,
+release), and every `--churn` seconds replaces one of them, alternately by
+SIGKILL (its session lapses and is fenced) and by a clean exit (it
+detaches), so sessions come and go as well. Every `--interval` seconds it
+prints one sample: the daemon's VmRSS (/proc/PID/status) and open fds
+(/proc/PID/fd), sessions, requests, slots used and quarantined, and the
+passes the schedulers ran. At the end it compares the medians of the first,
+middle and last third of the samples (the first third is the warm-up) and
+fits a line through the samples after warm-up: growth after warm-up is the
+last third's median over the middle third's, and the slope. It prints and
 asserts nothing about them (a bench; --json writes the samples and the
 summary); it exits 1 only when a process exited unasked or the daemon did
 not exit 0 on SIGTERM.
+
+Session churn (--sessions N): each of N sessions attaches (on a new
+connection unless --same_connection), admits one request and ends:
+detached, evicted, or left to lapse (a 200 ms lease; quarantine 0). It
+prints the daemon's VmRSS and open fds eight times along the way: a leak
+per session or per connection grows linearly with the count; warm-up (the
+remembered ended sessions, allocator caches) levels off.
 """
 
 import argparse
+import concurrent.futures
 import json
 import os
 import platform
@@ -130,33 +143,53 @@ def summarize(samples, key):
             "max": max(s[key] for s in samples)}
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--duration", type=float, required=True,
-                        help="seconds of workload")
-    parser.add_argument("--statecached", default=None,
-                        help="daemon binary (default: $STATECACHED, else "
-                        "build/bin/statecached, else PATH's)")
-    parser.add_argument("--schedulers", type=int, default=4)
-    parser.add_argument("--num_slots", type=int, default=64)
-    parser.add_argument("--interval", type=float, default=2.0,
-                        help="seconds between samples")
-    parser.add_argument("--churn", type=float, default=5.0,
-                        help="seconds between scheduler replacements "
-                        "(0: none)")
-    parser.add_argument("--pace", type=float, default=0.01,
-                        help="each scheduler's seconds between passes")
-    parser.add_argument("--lease_ttl", type=float, default=3.0)
-    parser.add_argument("--quarantine", type=float, default=2.0)
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--json", default=None,
-                        help="also write samples and summary here")
-    args = parser.parse_args()
+def churn_sessions(args, binary):
+    """--sessions: one session after another, each ended as --end says."""
+    lease = "200ms" if args.end == "lapse" else "10s"
+    flags = ["--model_id=churn", "--num_slots=64", "--lease_ttl=" + lease,
+             "--quarantine=0"]
+    with Daemon(flags, binary=binary) as daemon, \
+            statecache.Client.connect(daemon.address) as admin:
+        closer = concurrent.futures.ThreadPoolExecutor(8)
+        pid, start = daemon.process.pid, time.monotonic()
+        print("soak: %s, %d CPUs, statecached pid %d (%s), %d sessions "
+              "(each: attach, admit one request, %s; %s)"
+              % (platform.node(), os.cpu_count(), pid, daemon.binary,
+                 args.sessions, args.end,
+                 "one connection for all" if args.same_connection
+                 else "a new connection each"))
+        print("%8s %10s %5s %8s" % ("sessions", "rss_kb", "fds", "t_s"))
+        every = max(1, args.sessions // 8)
+        for i in range(args.sessions + 1):
+            if i % every == 0:
+                rss, fds = proc_sample(pid)
+                print("%8d %10d %5d %8.1f"
+                      % (i, rss, fds, time.monotonic() - start), flush=True)
+            if i == args.sessions:
+                break
+            client = (admin if args.same_connection else
+                      statecache.Client.connect(daemon.address))
+            session = client.attach("churn", 64, client_name="c%d" % i,
+                                    keepalive=False)
+            session.step().begin_pass().admit("r", width=1,
+                                              num_tokens=10).send()
+            if args.end == "detach":
+                session.detach()
+            elif args.end == "evict":
+                # Operators name sessions by handle, never by id.
+                handle, = [s.handle for s in admin.admin.sessions()
+                           if s.client_name == "c%d" % i]
+                admin.admin.evict(handle)
+            if client is not admin:
+                # Client.close() takes ~200 ms (grpc's connectivity
+                # polling): off the loop.
+                closer.submit(client.close)
+        closer.shutdown()
+    return 0
 
-    binary = args.statecached or os.environ.get("STATECACHED")
-    built = os.path.join(REPO, "build", "bin", "statecached")
-    if not binary and os.path.exists(built):
-        binary = built
+
+def run_workload(args, binary):
+    """--duration: schedulers for that long, sampled as they run."""
     rng = random.Random(args.seed)
     flags = ["--model_id=" + MODEL_ID, "--num_slots=%d" % args.num_slots,
              "--lease_ttl=%gs" % args.lease_ttl,
@@ -263,6 +296,49 @@ def main():
     # Not a performance verdict: a crash is a failure.
     return 1 if bad or daemon_code != 0 else 0
 
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--duration", type=float, default=None,
+                        help="seconds of workload")
+    parser.add_argument("--sessions", type=int, default=None,
+                        help="instead of the workload: this many sessions "
+                        "one after another (session churn)")
+    parser.add_argument("--end", choices=("detach", "evict", "lapse"),
+                        default="detach",
+                        help="with --sessions: how each session ends")
+    parser.add_argument("--same_connection", action="store_true",
+                        help="with --sessions: every session on one "
+                        "connection")
+    parser.add_argument("--statecached", default=None,
+                        help="daemon binary (default: $STATECACHED, else "
+                        "build/bin/statecached, else PATH's)")
+    parser.add_argument("--schedulers", type=int, default=4)
+    parser.add_argument("--num_slots", type=int, default=64)
+    parser.add_argument("--interval", type=float, default=2.0,
+                        help="seconds between samples")
+    parser.add_argument("--churn", type=float, default=5.0,
+                        help="seconds between scheduler replacements "
+                        "(0: none)")
+    parser.add_argument("--pace", type=float, default=0.01,
+                        help="each scheduler's seconds between passes")
+    parser.add_argument("--lease_ttl", type=float, default=3.0)
+    parser.add_argument("--quarantine", type=float, default=2.0)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--json", default=None,
+                        help="also write samples and summary here")
+    args = parser.parse_args()
+    if (args.duration is None) == (args.sessions is None):
+        parser.error("give one of --duration (the workload) and --sessions "
+                     "(session churn)")
+
+    binary = args.statecached or os.environ.get("STATECACHED")
+    built = os.path.join(REPO, "build", "bin", "statecached")
+    if not binary and os.path.exists(built):
+        binary = built
+    if args.sessions is not None:
+        return churn_sessions(args, binary)
+    return run_workload(args, binary)
 
 if __name__ == "__main__":
     sys.exit(main())

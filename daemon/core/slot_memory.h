@@ -174,6 +174,14 @@ class SlotMemory {
     copy_observers_.push_back(observer);
   }
 
+  // Tells `observer` (not owned, must outlive this; null: none) of every
+  // call the verbs and their callers make on the pool from here on
+  // (SlotPool::SetCallObserver): what daemon/replay/trace_recorder.h writes
+  // as a pool trace.
+  void SetPoolObserver(PoolCallObserver* observer) {
+    pool_.SetCallObserver(observer);
+  }
+
   const SlotPool& pool() const { return pool_; }
   Device* device() const { return device_.get(); }
   int64_t num_slots() const { return pool_.num_slots(); }

@@ -2,11 +2,14 @@
 
 #include <algorithm>
 #include <limits>
+#include <variant>
 
 #include "absl/base/attributes.h"
 #include "absl/base/optimization.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/common/status_macros.h"
+#include "daemon/core/pool_call.h"
+#include "daemon/core/slot_pool_observed.h"
 #include "daemon/core/slot_sort.h"
 
 namespace statecache {
@@ -149,6 +152,9 @@ absl::Status SlotPool::CheckReservations(
 // ---------------------------------------------------------------- free list
 
 absl::StatusOr<int64_t> SlotPool::Pop() {
+  if (ABSL_PREDICT_FALSE(observer_ != nullptr)) {
+    return Observed(PoolCall{.op = PoolOp::kPop}, [&] { return Pop(); });
+  }
   if (num_free_ < 1) {
     return absl::ResourceExhaustedError("pop: no free slot");
   }
@@ -165,6 +171,14 @@ absl::StatusOr<std::vector<int64_t>> SlotPool::PopMany(int64_t count) {
 }
 
 absl::Status SlotPool::PopMany(int64_t count, absl::Span<int64_t> out) {
+  if (ABSL_PREDICT_FALSE(observer_ != nullptr)) {
+    return Observed(PoolCall{.op = PoolOp::kPopMany, .a = count},
+                    [&]() -> absl::StatusOr<std::vector<int64_t>> {
+                      RETURN_IF_ERROR(PopMany(count, out));
+                      return std::vector<int64_t>(out.begin(), out.end());
+                    })
+        .status();
+  }
   if (count < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("pop_many: count must be >= 0, got ", count));
@@ -219,6 +233,10 @@ int64_t SlotPool::PopVacant() {
 }
 
 absl::Status SlotPool::Claim(int64_t slot) {
+  if (ABSL_PREDICT_FALSE(observer_ != nullptr)) {
+    return Observed(PoolCall{.op = PoolOp::kClaim, .a = slot},
+                    [&] { return Claim(slot); });
+  }
   RETURN_IF_ERROR(CheckSlot(slot, "claim"));
   if (!Is(slot, kFree)) {
     return absl::FailedPreconditionError(
@@ -240,6 +258,10 @@ void SlotPool::ClaimUnchecked(int64_t slot) {
 }
 
 absl::Status SlotPool::MarkSpeculative(int64_t slot) {
+  if (ABSL_PREDICT_FALSE(observer_ != nullptr)) {
+    return Observed(PoolCall{.op = PoolOp::kMarkSpeculative, .a = slot},
+                    [&] { return MarkSpeculative(slot); });
+  }
   RETURN_IF_ERROR(CheckSlot(slot, "mark_speculative"));
   MarkSpeculativeUnchecked(slot);
   return absl::OkStatus();
@@ -250,6 +272,10 @@ void SlotPool::MarkSpeculativeUnchecked(int64_t slot) {
 }
 
 absl::Status SlotPool::Promote(int64_t slot) {
+  if (ABSL_PREDICT_FALSE(observer_ != nullptr)) {
+    return Observed(PoolCall{.op = PoolOp::kPromote, .a = slot},
+                    [&] { return Promote(slot); });
+  }
   RETURN_IF_ERROR(CheckSlot(slot, "promote"));
   if (!enabled_ || !Is(slot, kSpeculative)) return absl::OkStatus();
   Clear(slot, kSpeculative);
@@ -261,6 +287,10 @@ absl::Status SlotPool::Promote(int64_t slot) {
 }
 
 absl::Status SlotPool::Release(int64_t slot) {
+  if (ABSL_PREDICT_FALSE(observer_ != nullptr)) {
+    return Observed(PoolCall{.op = PoolOp::kRelease, .a = slot},
+                    [&] { return Release(slot); });
+  }
   RETURN_IF_ERROR(CheckSlot(slot, "release"));
   if (Is(slot, kFree)) {
     return absl::FailedPreconditionError(
@@ -294,6 +324,12 @@ void SlotPool::ReleaseUnchecked(int64_t slot) {
 }
 
 absl::Status SlotPool::ReleaseMany(absl::Span<const int64_t> slots) {
+  if (ABSL_PREDICT_FALSE(observer_ != nullptr)) {
+    return Observed(
+        PoolCall{.op = PoolOp::kReleaseMany,
+                 .ints = std::vector<int64_t>(slots.begin(), slots.end())},
+        [&] { return ReleaseMany(slots); });
+  }
   NewScratchGeneration();
   for (int64_t slot : slots) {
     if (slot == -1) continue;
@@ -333,6 +369,18 @@ void SlotPool::SetHash(int64_t slot, int64_t hash) {
 absl::StatusOr<int64_t> SlotPool::ResumableHit(
     const Sequence& seq, int64_t hit, absl::Span<const int64_t> block_hashes,
     bool assume_checkpointed) const {
+  if (ABSL_PREDICT_FALSE(observer_ != nullptr)) {
+    return Observed(PoolCall{.op = PoolOp::kResumableHit,
+                             .a = hit,
+                             .flag = assume_checkpointed,
+                             .seq = seq,
+                             .ints = std::vector<int64_t>(block_hashes.begin(),
+                                                          block_hashes.end())},
+                    [&] {
+                      return ResumableHit(seq, hit, block_hashes,
+                                          assume_checkpointed);
+                    });
+  }
   if (hit < 0 || hit > static_cast<int64_t>(block_hashes.size())) {
     return absl::InvalidArgumentError(
         absl::StrCat("resumable_hit: hit ", hit, " outside [0, ",
@@ -387,6 +435,19 @@ absl::StatusOr<int64_t> SlotPool::ReserveMidstep(
     const Sequence& seq,
     absl::Span<const std::pair<int64_t, int64_t>> positions,
     absl::Span<Reservation> out) {
+  if (ABSL_PREDICT_FALSE(observer_ != nullptr)) {
+    absl::StatusOr<std::vector<Reservation>> reserved = Observed(
+        PoolCall{.op = PoolOp::kReserveMidstep,
+                 .seq = seq,
+                 .pairs = {positions.begin(), positions.end()}},
+        [&]() -> absl::StatusOr<std::vector<Reservation>> {
+          ASSIGN_OR_RETURN(const int64_t n,
+                           ReserveMidstep(seq, positions, out));
+          return std::vector<Reservation>(out.begin(), out.begin() + n);
+        });
+    if (!reserved.ok()) return reserved.status();
+    return static_cast<int64_t>(reserved->size());
+  }
   RETURN_IF_ERROR(CheckHashes(
       positions, [](const auto& position) { return position.second; },
       "reserve_midstep: hash"));
@@ -423,6 +484,13 @@ std::optional<int64_t> SlotPool::AnchorOf(const Sequence* seq) {
 absl::Status SlotPool::PublishMidstep(
     absl::Span<const Reservation> reservations,
     const std::optional<Sequence>& seq) {
+  if (ABSL_PREDICT_FALSE(observer_ != nullptr)) {
+    return Observed(
+        PoolCall{.op = PoolOp::kPublishMidstep,
+                 .seq = seq,
+                 .reservations = {reservations.begin(), reservations.end()}},
+        [&] { return PublishMidstep(reservations, seq); });
+  }
   RETURN_IF_ERROR(CheckReservations(reservations, "publish_midstep"));
   const bool demotes = seq.has_value();
   const std::optional<int64_t> known = AnchorOf(seq ? &*seq : nullptr);
@@ -439,6 +507,12 @@ absl::Status SlotPool::PublishMidstep(
 
 absl::Status SlotPool::CancelMidstep(
     absl::Span<const Reservation> reservations) {
+  if (ABSL_PREDICT_FALSE(observer_ != nullptr)) {
+    return Observed(
+        PoolCall{.op = PoolOp::kCancelMidstep,
+                 .reservations = {reservations.begin(), reservations.end()}},
+        [&] { return CancelMidstep(reservations); });
+  }
   RETURN_IF_ERROR(CheckReservations(reservations, "cancel_midstep"));
   for (const Reservation& r : reservations) ReleaseUnchecked(r.slot);
   return absl::OkStatus();
@@ -449,6 +523,13 @@ absl::Status SlotPool::CancelMidstep(
 absl::StatusOr<CheckpointResult> SlotPool::Checkpoint(const Sequence& seq,
                                                       int64_t boundary_blocks,
                                                       int64_t hash) {
+  if (ABSL_PREDICT_FALSE(observer_ != nullptr)) {
+    return Observed(PoolCall{.op = PoolOp::kCheckpoint,
+                             .a = boundary_blocks,
+                             .b = hash,
+                             .seq = seq},
+                    [&] { return Checkpoint(seq, boundary_blocks, hash); });
+  }
   RETURN_IF_ERROR(CheckHash(hash, "checkpoint: hash"));
   if (boundary_blocks < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -486,11 +567,20 @@ absl::StatusOr<CheckpointResult> SlotPool::Checkpoint(const Sequence& seq,
 }
 
 Occupancy SlotPool::GetOccupancy() const {
+  if (ABSL_PREDICT_FALSE(observer_ != nullptr)) {
+    return Observed(PoolCall{.op = PoolOp::kOccupancy},
+                    [&] { return GetOccupancy(); });
+  }
   const int64_t held = checkpointed_.size();
   return Occupancy{num_slots_, num_slots_ - num_free_, held, num_free_ - held};
 }
 
 absl::Status SlotPool::RecordRelocation(int64_t src, int64_t dst) {
+  if (ABSL_PREDICT_FALSE(observer_ != nullptr)) {
+    return Observed(
+        PoolCall{.op = PoolOp::kRecordRelocation, .a = src, .b = dst},
+        [&] { return RecordRelocation(src, dst); });
+  }
   for (int64_t s : {src, dst}) {
     if (s < 0 || s >= capacity()) {
       return absl::InvalidArgumentError(absl::StrCat("record_relocation: slot ",
@@ -503,6 +593,10 @@ absl::Status SlotPool::RecordRelocation(int64_t src, int64_t dst) {
 }
 
 std::vector<std::pair<int64_t, int64_t>> SlotPool::TakeRelocations() {
+  if (ABSL_PREDICT_FALSE(observer_ != nullptr)) {
+    return Observed(PoolCall{.op = PoolOp::kTakeRelocations},
+                    [&] { return TakeRelocations(); });
+  }
   std::vector<std::pair<int64_t, int64_t>> out;
   out.swap(relocations_);
   return out;
@@ -520,6 +614,10 @@ void SlotPool::Index(int64_t hash, int64_t slot) {
 }
 
 absl::Status SlotPool::Unindex(int64_t hash) {
+  if (ABSL_PREDICT_FALSE(observer_ != nullptr)) {
+    return Observed(PoolCall{.op = PoolOp::kUnindex, .a = hash},
+                    [&] { return Unindex(hash); });
+  }
   RETURN_IF_ERROR(CheckHash(hash, "unindex: hash"));
   const int64_t slot = hash_to_slot_.Find(hash);
   if (slot < 0) return absl::OkStatus();
@@ -529,6 +627,13 @@ absl::Status SlotPool::Unindex(int64_t hash) {
 }
 
 void SlotPool::ClearIndex() {
+  if (ABSL_PREDICT_FALSE(observer_ != nullptr)) {
+    Observed(PoolCall{.op = PoolOp::kClearIndex}, [&] {
+      ClearIndex();
+      return std::monostate{};
+    });
+    return;
+  }
   std::vector<int64_t> slots;
   slots.reserve(hash_to_slot_.size());
   hash_to_slot_.ForEach(
@@ -537,6 +642,10 @@ void SlotPool::ClearIndex() {
 }
 
 absl::Status SlotPool::Invalidate(int64_t slot) {
+  if (ABSL_PREDICT_FALSE(observer_ != nullptr)) {
+    return Observed(PoolCall{.op = PoolOp::kInvalidate, .a = slot},
+                    [&] { return Invalidate(slot); });
+  }
   RETURN_IF_ERROR(CheckSlot(slot, "invalidate"));
   InvalidateUnchecked(slot);
   return absl::OkStatus();

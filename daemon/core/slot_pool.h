@@ -81,12 +81,16 @@
 #include "daemon/core/checkpoint_lru.h"
 #include "daemon/core/hash_index.h"
 #include "daemon/core/huge_page_allocator.h"
+#include "daemon/core/pool_op.h"
 #include "daemon/core/sequence.h"
 #include "daemon/core/slot_retirement.h"
 #include "daemon/core/state_transfer.h"
 #include "daemon/core/vacant_set.h"
 
 namespace statecache {
+
+class PoolCallObserver;  // pool_call.h
+struct PoolCall;
 
 // Largest pool the core accepts: slot indices are stored in 32 bits.
 inline constexpr int64_t kMaxSlots = int64_t{1} << 30;
@@ -180,13 +184,22 @@ class SlotPool {
   // them). The admission gate.
   // Errors: INVALID_ARGUMENT count < 0.
   absl::StatusOr<bool> HasFree(int64_t count = 1) const {
+    if (ABSL_PREDICT_FALSE(observer_ != nullptr)) {
+      return ObservedQuery(PoolOp::kHasFree, count);
+    }
     if (ABSL_PREDICT_FALSE(count < 0)) return NegativeCount(count, "has_free");
     return num_free_ >= count;
   }
-  int64_t NumFree() const { return num_free_; }
+  int64_t NumFree() const {
+    if (ABSL_PREDICT_FALSE(observer_ != nullptr)) return ObservedNumFree();
+    return num_free_;
+  }
   // Errors (IsFree, HoldsCheckpoint, IsPinned, PinCount): INVALID_ARGUMENT
   //   slot out of range.
   absl::StatusOr<bool> IsFree(int64_t slot) const {
+    if (ABSL_PREDICT_FALSE(observer_ != nullptr)) {
+      return ObservedQuery(PoolOp::kIsFree, slot);
+    }
     if (ABSL_PREDICT_FALSE(!InRange(slot))) {
       return SlotOutOfRange(slot, "is_free");
     }
@@ -194,6 +207,9 @@ class SlotPool {
   }
   // Free and still carrying a checkpoint.
   absl::StatusOr<bool> HoldsCheckpoint(int64_t slot) const {
+    if (ABSL_PREDICT_FALSE(observer_ != nullptr)) {
+      return ObservedQuery(PoolOp::kHoldsCheckpoint, slot);
+    }
     if (ABSL_PREDICT_FALSE(!InRange(slot))) {
       return SlotOutOfRange(slot, "holds_checkpoint");
     }
@@ -252,6 +268,7 @@ class SlotPool {
 
   // Whether the pool gates or checkpoints anything for `seq`.
   bool Applies(const Sequence& seq) const {
+    if (ABSL_PREDICT_FALSE(observer_ != nullptr)) return ObservedApplies(seq);
     return enabled_ && seq.has_per_req_cache;
   }
   // Largest L <= hit with a resumable checkpoint at L blocks (0 always is).
@@ -263,6 +280,9 @@ class SlotPool {
   // Slot holding the checkpoint for `hash`, or -1.
   // Errors: INVALID_ARGUMENT negative hash.
   absl::StatusOr<int64_t> Lookup(int64_t hash) const {
+    if (ABSL_PREDICT_FALSE(observer_ != nullptr)) {
+      return ObservedCount(PoolOp::kLookup, hash);
+    }
     if (ABSL_PREDICT_FALSE(hash < 0)) return NegativeHash(hash, "lookup: hash");
     if (!enabled_) return -1;
     return hash_to_slot_.Find(hash);
@@ -313,7 +333,10 @@ class SlotPool {
                                               int64_t boundary_blocks,
                                               int64_t hash);
 
-  CheckpointFates Fates() const { return fates_; }
+  CheckpointFates Fates() const {
+    if (ABSL_PREDICT_FALSE(observer_ != nullptr)) return ObservedFates();
+    return fates_;
+  }
   Occupancy GetOccupancy() const;
 
   // Relocation log for the caller's copy engine.
@@ -340,12 +363,18 @@ class SlotPool {
   absl::Status Pin(int64_t slot, bool reader_is_next_batch = false);
   // Errors: see IsFree.
   absl::StatusOr<bool> IsPinned(int64_t slot) const {
+    if (ABSL_PREDICT_FALSE(observer_ != nullptr)) {
+      return ObservedQuery(PoolOp::kIsPinned, slot);
+    }
     if (ABSL_PREDICT_FALSE(!InRange(slot))) {
       return SlotOutOfRange(slot, "is_pinned");
     }
     return slots_[slot].pins > 0;
   }
   absl::StatusOr<int64_t> PinCount(int64_t slot) const {
+    if (ABSL_PREDICT_FALSE(observer_ != nullptr)) {
+      return ObservedCount(PoolOp::kPinCount, slot);
+    }
     if (ABSL_PREDICT_FALSE(!InRange(slot))) {
       return SlotOutOfRange(slot, "pin_count");
     }
@@ -421,6 +450,19 @@ class SlotPool {
   //   INVALID_ARGUMENT slot out of range or negative hash.
   absl::Status RestoreCheckpoint(int64_t slot, int64_t hash, bool speculative);
 
+  // ------------------------------ observing ------------------------------ //
+
+  // Tells `observer` (not owned; null: none) of the pool as it is, then of
+  // every call made on it from here on, after each ran (pool_call.h): the
+  // calls the trace format has a line for, the pin clock's per-session
+  // calls and RestoreCheckpoint. A call the pool makes on itself is not
+  // told; nor are those the format has no line for (the configuration's
+  // accessors, NumIndexed, the spent and indexed logs, SavableCheckpoints,
+  // CheckInvariants). Decisions are the same either way. While one is set,
+  // const calls need external synchronisation too.
+  void SetCallObserver(PoolCallObserver* observer);
+  PoolCallObserver* call_observer() const { return observer_; }
+
   // ------------------------------ debugging ------------------------------ //
 
   PoolSnapshot Dump() const;
@@ -456,6 +498,18 @@ class SlotPool {
                                                             const char* what);
   absl::Status CheckReservations(absl::Span<const Reservation> reservations,
                                  const char* what) const;
+
+  // The calls with an observer set (slot_pool_observe.cc): each makes the
+  // call with the observer unset, then tells it.
+  absl::StatusOr<bool> ObservedQuery(PoolOp op, int64_t arg) const;
+  absl::StatusOr<int64_t> ObservedCount(PoolOp op, int64_t arg) const;
+  int64_t ObservedNumFree() const;
+  bool ObservedApplies(const Sequence& seq) const;
+  CheckpointFates ObservedFates() const;
+  // Runs `run` (the call itself) with the observer unset, then tells it of
+  // `call` and what `run` returned (slot_pool_observed.h).
+  template <typename Run>
+  auto Observed(const PoolCall& call, Run run) const -> decltype(run());
 
   // Unchecked primitives: the reference's methods of the same names.
   int64_t PopUnchecked();
@@ -532,6 +586,10 @@ class SlotPool {
   bool log_indexed_ = false;
   std::vector<int64_t> indexed_;
   CheckpointFates fates_;
+  // Told of each call while set; cleared for the length of an observed
+  // call, so the calls it makes on itself are not told (mutable: const
+  // calls are told too).
+  mutable PoolCallObserver* observer_ = nullptr;
   // Scratch for SeenBefore (mutable: used by const validation).
   mutable std::vector<uint32_t> scratch_;
   mutable uint32_t scratch_generation_ = 0;

@@ -7,7 +7,9 @@
 #include "absl/base/optimization.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/common/status_macros.h"
+#include "daemon/core/pool_call.h"
 #include "daemon/core/slot_pool.h"
+#include "daemon/core/slot_pool_observed.h"
 #include "daemon/core/slot_sort.h"
 
 namespace statecache {
@@ -15,6 +17,9 @@ namespace statecache {
 // ---------------------------------------------------------------- debugging
 
 PoolSnapshot SlotPool::Dump() const {
+  if (ABSL_PREDICT_FALSE(observer_ != nullptr)) {
+    return Observed(PoolCall{.op = PoolOp::kDump}, [&] { return Dump(); });
+  }
   PoolSnapshot snap;
   snap.num_slots = num_slots_;
   snap.slot_hash.reserve(slots_.size());

@@ -2,12 +2,16 @@
 // it, and the pin clock that returns them.
 #include <algorithm>
 #include <limits>
+#include <utility>
+#include <variant>
 
 #include "absl/base/attributes.h"
 #include "absl/base/optimization.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/common/status_macros.h"
+#include "daemon/core/pool_call.h"
 #include "daemon/core/slot_pool.h"
+#include "daemon/core/slot_pool_observed.h"
 #include "daemon/core/slot_sort.h"
 
 namespace statecache {
@@ -15,6 +19,11 @@ namespace statecache {
 // ---------------------------------------------------------------- pins
 
 absl::Status SlotPool::Pin(int64_t slot, bool reader_is_next_batch) {
+  if (ABSL_PREDICT_FALSE(observer_ != nullptr)) {
+    return Observed(
+        PoolCall{.op = PoolOp::kPin, .a = slot, .flag = reader_is_next_batch},
+        [&] { return Pin(slot, reader_is_next_batch); });
+  }
   RETURN_IF_ERROR(CheckSlot(slot, "pin"));
   if (Is(slot, kFree)) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -27,6 +36,10 @@ absl::Status SlotPool::Pin(int64_t slot, bool reader_is_next_batch) {
 }
 
 absl::Status SlotPool::Unpin(int64_t slot) {
+  if (ABSL_PREDICT_FALSE(observer_ != nullptr)) {
+    return Observed(PoolCall{.op = PoolOp::kUnpin, .a = slot},
+                    [&] { return Unpin(slot); });
+  }
   RETURN_IF_ERROR(CheckSlot(slot, "unpin"));
   if (slots_[slot].pins == 0) {
     return absl::FailedPreconditionError(
@@ -51,6 +64,10 @@ void SlotPool::UnpinUnchecked(int64_t slot) {
 }
 
 absl::Status SlotPool::DropReader(int64_t slot) {
+  if (ABSL_PREDICT_FALSE(observer_ != nullptr)) {
+    return Observed(PoolCall{.op = PoolOp::kDropReader, .a = slot},
+                    [&] { return DropReader(slot); });
+  }
   if (slot == -1) return absl::OkStatus();
   RETURN_IF_ERROR(CheckSlot(slot, "drop_reader"));
   if (slots_[slot].pins == 0) return absl::OkStatus();
@@ -60,6 +77,13 @@ absl::Status SlotPool::DropReader(int64_t slot) {
 }
 
 void SlotPool::ReleasePins() {
+  if (ABSL_PREDICT_FALSE(observer_ != nullptr)) {
+    Observed(PoolCall{.op = PoolOp::kReleasePins}, [&] {
+      ReleasePins();
+      return std::monostate{};
+    });
+    return;
+  }
   if (pinned_.empty()) return;
   // Slot order, as the reference's sorted(); deferred pins survive one pass
   // and lose their deferral. The list holds only pinned slots, so this is
@@ -83,6 +107,13 @@ void SlotPool::ReleasePins() {
 }
 
 absl::Status SlotPool::ReleasePin(int64_t slot, int64_t count) {
+  if (ABSL_PREDICT_FALSE(observer_ != nullptr)) {
+    PoolCallObserver* const observer = std::exchange(observer_, nullptr);
+    absl::Status status = ReleasePin(slot, count);
+    observer_ = observer;
+    observer->OnReleasePin(slot, count, status);
+    return status;
+  }
   RETURN_IF_ERROR(CheckSlot(slot, "release_pin"));
   const int64_t pins = slots_[slot].pins;
   if (count < 1) {
@@ -105,6 +136,13 @@ absl::Status SlotPool::ReleasePin(int64_t slot, int64_t count) {
 }
 
 absl::Status SlotPool::EndDeferral(int64_t slot) {
+  if (ABSL_PREDICT_FALSE(observer_ != nullptr)) {
+    PoolCallObserver* const observer = std::exchange(observer_, nullptr);
+    absl::Status status = EndDeferral(slot);
+    observer_ = observer;
+    observer->OnEndDeferral(slot, status);
+    return status;
+  }
   RETURN_IF_ERROR(CheckSlot(slot, "end_deferral"));
   Clear(slot, kDeferred);
   return absl::OkStatus();

@@ -7,7 +7,9 @@
 #include "absl/base/optimization.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/common/status_macros.h"
+#include "daemon/core/pool_call.h"
 #include "daemon/core/slot_pool.h"
+#include "daemon/core/slot_pool_observed.h"
 #include "daemon/core/slot_sort.h"
 
 namespace statecache {
@@ -15,6 +17,10 @@ namespace statecache {
 // ---------------------------------------------------------------- resizing
 
 absl::Status SlotPool::Extend(int64_t count) {
+  if (ABSL_PREDICT_FALSE(observer_ != nullptr)) {
+    return Observed(PoolCall{.op = PoolOp::kExtend, .a = count},
+                    [&] { return Extend(count); });
+  }
   if (count < 0 || count > kMaxSlots - num_slots_) {
     return absl::InvalidArgumentError(
         absl::StrCat("extend: count must be in [0, ", kMaxSlots - num_slots_,
@@ -32,6 +38,10 @@ absl::Status SlotPool::Extend(int64_t count) {
 }
 
 absl::StatusOr<std::optional<SlotRetirement>> SlotPool::RetireTop() {
+  if (ABSL_PREDICT_FALSE(observer_ != nullptr)) {
+    return Observed(PoolCall{.op = PoolOp::kRetireTop},
+                    [&] { return RetireTop(); });
+  }
   const int64_t top = num_slots_ - 1;
   if (top < 0) {
     return absl::FailedPreconditionError("retire_top: the pool has no slots");

@@ -1,11 +1,14 @@
 // SlotPool: what a warm restart saves and brings back (slot_pool.h, "warm
 // restart").
 #include <algorithm>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/common/status_macros.h"
+#include "daemon/core/pool_call.h"
 #include "daemon/core/slot_pool.h"
+#include "daemon/core/slot_pool_observed.h"
 
 namespace statecache {
 
@@ -29,6 +32,13 @@ std::vector<SlotPool::Spent> SlotPool::SavableCheckpoints() const {
 
 absl::Status SlotPool::RestoreCheckpoint(int64_t slot, int64_t hash,
                                          bool speculative) {
+  if (ABSL_PREDICT_FALSE(observer_ != nullptr)) {
+    PoolCallObserver* const observer = std::exchange(observer_, nullptr);
+    absl::Status status = RestoreCheckpoint(slot, hash, speculative);
+    observer_ = observer;
+    observer->OnRestoreCheckpoint(slot, hash, speculative, status);
+    return status;
+  }
   if (!enabled_) {
     return absl::FailedPreconditionError(
         "restore_checkpoint: the pool is disabled");

@@ -407,6 +407,99 @@ ParsedLine ParseLine(std::string_view line) {
   return out;
 }
 
+namespace {
+
+// The table's entry for each op, by op.
+const std::pair<std::string, const OpSpec*>& SpecOf(Op op) {
+  static const auto* by_op = [] {
+    auto* out = new std::vector<std::pair<std::string, const OpSpec*>>(
+        static_cast<size_t>(Op::kDump) + 1);
+    for (const auto& [name, spec] : OpTable()) {
+      (*out)[static_cast<size_t>(spec.op)] = {name, &spec};
+    }
+    return out;
+  }();
+  return (*by_op)[static_cast<size_t>(op)];
+}
+
+json SeqJson(const Sequence& seq) {
+  return json{{"state_slot", seq.state_slot},
+              {"num_tokens", seq.num_tokens},
+              {"has_per_req_cache", seq.has_per_req_cache},
+              {"midstep_anchor_pos", seq.midstep_anchor_pos},
+              {"checkpoint_end_pos", seq.checkpoint_end_pos}};
+}
+
+// ConvertArg's inverse.
+json ArgJson(Arg arg, const Call& call) {
+  switch (arg) {
+    case Arg::kCount:
+    case Arg::kSlot:
+    case Arg::kHit:
+    case Arg::kBoundaryBlocks:
+    case Arg::kSrc:
+      return call.a;
+    case Arg::kHash:
+      return call.op == Op::kCheckpoint ? call.b : call.a;
+    case Arg::kDst:
+      return call.b;
+    case Arg::kSlots:
+    case Arg::kBlockHashes:
+      return call.ints;
+    case Arg::kSeq:
+      return SeqJson(call.seq.value_or(Sequence{}));
+    case Arg::kSeqOrNull:
+      return call.seq ? SeqJson(*call.seq) : json(nullptr);
+    case Arg::kAssumeCheckpointed:
+    case Arg::kReaderIsNextBatch:
+      return call.flag;
+    case Arg::kPositions:
+      return PairsJson(call.pairs);
+    case Arg::kReservations: {
+      json out = json::array();
+      for (const Reservation& r : call.reservations) {
+        out.push_back(json::array({r.slot, r.position, r.hash}));
+      }
+      return out;
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+std::string FormatConfig(const PoolConfig& config) {
+  json transfer = nullptr;
+  if (config.kind != TransferKind::kNone) {
+    transfer = json{{"kind", std::string(TransferKindName(config.kind))},
+                    {"fork_tokens", config.fork_tokens},
+                    {"readable_midstep", config.readable_midstep}};
+  }
+  return Dumps(json{{"op", "config"},
+                    {"num_slots", config.num_slots},
+                    {"hash_block_size", config.hash_block_size},
+                    {"enabled", config.enabled},
+                    {"transfer", transfer}});
+}
+
+std::string FormatCall(const Call& call) {
+  const auto& [name, spec] = SpecOf(call.op);
+  json line{{"op", name}};
+  for (Arg arg : spec->args) line[ArgName(arg)] = ArgJson(arg, call);
+  return Dumps(line);
+}
+
+PoolConfig ConfigOf(const SlotPool& pool) {
+  PoolConfig config;
+  config.num_slots = pool.num_slots();
+  config.hash_block_size = pool.hash_block_size();
+  config.enabled = pool.enabled();
+  config.kind = pool.transfer().kind();
+  config.fork_tokens = pool.transfer().fork_tokens();
+  config.readable_midstep = pool.transfer().readable_midstep();
+  return config;
+}
+
 absl::StatusOr<SlotPool> MakePool(const PoolConfig& config) {
   auto transfer = StateTransfer::Create(config.kind, config.fork_tokens,
                                         config.readable_midstep);

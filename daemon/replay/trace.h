@@ -23,59 +23,16 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "daemon/core/pool_call.h"
 #include "daemon/core/slot_pool.h"
 
 namespace statecache::replay {
 
-enum class Op {
-  kHasFree,
-  kNumFree,
-  kIsFree,
-  kHoldsCheckpoint,
-  kPop,
-  kPopMany,
-  kClaim,
-  kMarkSpeculative,
-  kPromote,
-  kRelease,
-  kReleaseMany,
-  kExtend,
-  kRetireTop,
-  kApplies,
-  kLookup,
-  kResumableHit,
-  kReserveMidstep,
-  kPublishMidstep,
-  kCancelMidstep,
-  kCheckpoint,
-  kCheckpointFates,
-  kOccupancy,
-  kRecordRelocation,
-  kTakeRelocations,
-  kUnindex,
-  kClearIndex,
-  kInvalidate,
-  kPin,
-  kIsPinned,
-  kPinCount,
-  kUnpin,
-  kDropReader,
-  kReleasePins,
-  kDump,
-};
-
-// One call with its arguments already converted. Which fields an op reads is
-// fixed by the op (see trace.cc's table).
-struct Call {
-  Op op = Op::kNumFree;
-  int64_t a = 0;      // count / slot / hash / hit / boundary_blocks / src
-  int64_t b = 0;      // dst / hash (checkpoint)
-  bool flag = false;  // assume_checkpointed / reader_is_next_batch
-  std::optional<Sequence> seq;  // nullopt: absent, or JSON null (publish)
-  std::vector<int64_t> ints;    // slots / block_hashes
-  std::vector<std::pair<int64_t, int64_t>> pairs;  // positions
-  std::vector<Reservation> reservations;
-};
+// The calls a line names and what they return are the core's own
+// (daemon/core/pool_call.h): what a SlotPool tells its observer of.
+using Op = PoolOp;
+using Call = PoolCall;
+using Value = PoolValue;
 
 // The pool configuration of a trace's first line.
 struct PoolConfig {
@@ -97,18 +54,18 @@ struct ParsedLine {
 
 ParsedLine ParseLine(std::string_view line);
 
+// The line that ParseLine reads back as `config` / `call` (normalised:
+// sorted keys, no spaces).
+std::string FormatConfig(const PoolConfig& config);
+std::string FormatCall(const Call& call);
+// The configuration `pool` was made with (its size now, its hash block
+// size, whether it is enabled, its transfer).
+PoolConfig ConfigOf(const SlotPool& pool);
+
 // Builds the pool a config line describes (the reference's refusals apply).
 absl::StatusOr<SlotPool> MakePool(const PoolConfig& config);
 
 // What one call returned, before it is printed.
-using Value = std::variant<
-    std::monostate,  // null
-    bool, int64_t, std::vector<int64_t>, std::optional<SlotRetirement>,
-    CheckpointResult, CheckpointFates, Occupancy,
-    std::vector<std::pair<int64_t, int64_t>>, std::vector<Reservation>,
-    // Held by pointer: a snapshot is large and rare,
-    // and would make every result as large.
-    std::shared_ptr<const PoolSnapshot>>;
 struct CallResult {
   absl::Status status;
   Value value;

@@ -103,6 +103,7 @@ absl::StatusOr<std::unique_ptr<StateCache>> StateCache::Create(
   if (options.host_tier_bytes > 0) {
     RETURN_IF_ERROR(memory.ResizeHostTier(options.host_tier_bytes));
   }
+  memory.SetPoolObserver(options.pool_observer);
   return std::unique_ptr<StateCache>(
       new StateCache(std::move(options), std::move(memory)));
 }

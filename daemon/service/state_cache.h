@@ -104,6 +104,11 @@ struct StateCacheOptions {
   // Changes on every daemon start; 0 = NewEpoch(clock->Now()).
   uint64_t epoch = 0;
   Clock* clock = nullptr;  // nullptr = Clock::Real()
+  // Told of every call made on the pool, from the first
+  // (SlotMemory::SetPoolObserver): for recording the core's pool calls as
+  // a trace (daemon/replay/trace_recorder.h). Not owned; must outlive the
+  // cache. Null (the daemon's) costs each pool call one test of a pointer.
+  PoolCallObserver* pool_observer = nullptr;
   // The state memory and its copy engine; null = slot decisions only (no
   // bytes: Attach carries no memory, copy/snapshot are refused, relocations
   // are bookkeeping). Its num_slots() must be num_slots (Create refuses
