@@ -1,27 +1,34 @@
 #!/usr/bin/python3
 """Runs every stage of the test suite and ends with a summary.
 
-`make test` (the README's test command, through ./test.sh) runs this. Each
-stage is a make target, run in order whether or not an earlier one failed,
-its output shown as it comes and kept in BUILD/suite-logs/STAGE.log:
+./test.sh (the README's test command) runs this, after .ci/install-deps.
+Each stage is one workflow preset of CMakePresets.json, which says what it
+configures, builds and tests:
 
-  main suite   make test-main   the main build's ctest suite (every label:
-                                unit, parity, service, grpc, integration,
-                                device, gpu, metrics, ctl, deploy, package,
-                                bench, python, ...)
-  sanitizers   make test-asan   the core, replay tool, daemon core and device
-                                layer under ASan+UBSan
-  tsan         make test-tsan   the daemon core and its concurrent stress
-                                under ThreadSanitizer (any report fails)
-  pool_fuzz    make test-fuzz-pool   libFuzzer, FUZZ_SECONDS each
-  step_fuzz    make test-fuzz-step
-  saved_state_fuzz  make test-fuzz-saved-state
+  cmake --workflow --preset main   the main build's ctest suite (build/; every
+                                   label: unit, parity, service, grpc,
+                                   integration, device, gpu, metrics, ctl,
+                                   deploy, package, bench, python, ...)
+  cmake --workflow --preset asan   the core, replay tool, daemon core and
+                                   device layer under ASan+UBSan (build-asan/)
+  cmake --workflow --preset tsan   the daemon core and its concurrent stress
+                                   under ThreadSanitizer (build-tsan/)
+  cmake --workflow --preset fuzz   pool_fuzz, step_fuzz, saved_state_fuzz,
+                                   FUZZ_SECONDS each (build-fuzz/)
+
+run in order whether or not an earlier one failed, with --jobs as
+CMAKE_BUILD_PARALLEL_LEVEL and CTEST_PARALLEL_LEVEL (the presets leave jobs
+to them) and --fuzz-seconds as FUZZ_SECONDS; each stage's output is shown as
+it comes and kept in build/suite-logs/STAGE.log. Every test preset writes
+junit.xml into its build directory (the binaryDir of the configure preset of
+the same name), which this reads.
 
 Then one table a person reads at a glance: each stage's count and result
-(the main suite broken down by ctest label), what was not run and why
-(tests ctest skipped, with the reason they printed; what configure left out,
-from BUILD/not-run.txt), and a closing line `N passed, N failed[, N
-skipped]`. Exit status 0 when every stage passed, 1 otherwise.
+(broken down by ctest label; the fuzzers with libFuzzer's executed units),
+what was not run and why (tests ctest skipped, with the reason they printed;
+what configure left out, from build/not-run.txt), and a closing line `N
+passed, N failed[, N skipped]`. Exit status 0 when every stage passed, 1
+otherwise.
 """
 
 import argparse
@@ -34,42 +41,59 @@ import sys
 import time
 import xml.etree.ElementTree as ElementTree
 
+SOURCE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PRESETS = os.path.join(SOURCE_DIR, "CMakePresets.json")
+STAGES = ("main", "asan", "tsan", "fuzz")
+TITLES = {"main": "main suite", "asan": "sanitizers (ASan+UBSan)",
+          "tsan": "ThreadSanitizer", "fuzz": "fuzzers ({seconds} s each)"}
 
 # Tests cmake/NotRun.cmake registers for what configure left out.
 NOT_RUN_PREFIX = "not run: "
 
 
 class Stage:
-    """One make target and what it produced."""
+    """One workflow preset and what it produced."""
 
-    def __init__(self, name, target, build_dir=None):
-        self.name = name
-        self.target = target
-        # Where ctest wrote junit.xml (ctest stages only).
-        self.build_dir = build_dir
+    def __init__(self, preset, title, build_dir):
+        self.preset = preset
+        self.name = title
+        self.build_dir = build_dir  # the preset's binaryDir: junit.xml
         self.returncode = None
         self.seconds = 0.0
         self.passed = 0
         self.failed = 0
         self.skipped = 0
-        self.runs = None  # fuzz stages: libFuzzer's executed units
+        self.runs = {}  # test -> libFuzzer's executed units, if printed
         self.by_label = {}  # label -> Counter(passed=, failed=, skipped=)
         self.skips = []  # (test name, reason)
         self.failures = []  # test names
-        self.note = ""
+
+    def command(self):
+        return ["cmake", "--workflow", "--preset", self.preset]
 
 
-def run_stage(stage, make, make_vars, log_dir):
-    """Runs the stage's make target, streaming and logging its output."""
-    if stage.build_dir:
-        junit = os.path.join(stage.build_dir, "junit.xml")
-        if os.path.exists(junit):
-            os.remove(junit)
-    log_path = os.path.join(log_dir, stage.target + ".log")
+def binary_dir(name):
+    """The binaryDir of configure preset `name` (through its `inherits`)."""
+    with open(PRESETS, encoding="utf-8") as f:
+        presets = {p["name"]: p for p in json.load(f)["configurePresets"]}
+    preset = presets[name]
+    while "binaryDir" not in preset:
+        parents = preset.get("inherits", [])
+        preset = presets[parents if isinstance(parents, str) else parents[0]]
+    return (preset["binaryDir"].replace("${sourceDir}", SOURCE_DIR)
+            .replace("${presetName}", name))
+
+
+def run_stage(stage, env, log_dir):
+    """Runs the stage's workflow, streaming and logging its output."""
+    junit = os.path.join(stage.build_dir, "junit.xml")
+    if os.path.exists(junit):
+        os.remove(junit)
+    log_path = os.path.join(log_dir, stage.preset + ".log")
     start = time.monotonic()
     with open(log_path, "w", encoding="utf-8", errors="replace") as log:
         process = subprocess.Popen(
-            [make, "-s", stage.target] + make_vars,
+            stage.command(), cwd=SOURCE_DIR, env=env,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         for raw in process.stdout:
             line = raw.decode("utf-8", errors="replace")
@@ -78,7 +102,6 @@ def run_stage(stage, make, make_vars, log_dir):
             log.write(line)
         stage.returncode = process.wait()
     stage.seconds = time.monotonic() - start
-    return log_path
 
 
 def ctest_labels(build_dir):
@@ -132,27 +155,13 @@ def read_ctest(stage):
             stage.skips.append((name, skip_reason(output)))
         else:
             outcome = "passed"
+        runs = re.findall(r"stat::number_of_executed_units:\s*(\d+)", output)
+        if runs:
+            stage.runs[name] = int(runs[-1])
         setattr(stage, outcome, getattr(stage, outcome) + 1)
         for label in labels.get(name) or ["(no label)"]:
             stage.by_label.setdefault(label, collections.Counter())[outcome] += 1
     return True
-
-
-def read_fuzz(stage, log_path):
-    """libFuzzer's executed units, from its final stats."""
-    with open(log_path, encoding="utf-8", errors="replace") as log:
-        text = log.read()
-    match = None
-    for match in re.finditer(r"stat::number_of_executed_units:\s*(\d+)", text):
-        pass
-    if match:
-        stage.runs = int(match.group(1))
-    if stage.returncode == 0:
-        stage.passed = 1
-    else:
-        stage.failed = 1
-        if stage.runs is None:
-            stage.note = "did not start (build failed?)"
 
 
 def name_group(tests):
@@ -176,12 +185,6 @@ def print_summary(stages, not_run_file):
               f"{'skipped':>9}{'time':>8}  result\n")
     for stage in stages:
         result = "ok" if stage.returncode == 0 else "FAILED"
-        if stage.build_dir is None:
-            count = f"{stage.runs} runs" if stage.runs is not None else "-"
-            out.write(f"  {stage.name:<26}{count:>12}{'':>8}{'':>8}{'':>9}"
-                      f"{duration(stage.seconds):>8}  {result}"
-                      f"{'  ' + stage.note if stage.note else ''}\n")
-            continue
         total = stage.passed + stage.failed + stage.skipped
         if total == 0 and stage.returncode != 0:
             out.write(f"  {stage.name:<26}{'-':>12}{'':>8}{'':>8}{'':>9}"
@@ -191,11 +194,14 @@ def print_summary(stages, not_run_file):
         out.write(f"  {stage.name:<26}{total:>12}{stage.passed:>8}"
                   f"{stage.failed:>8}{stage.skipped:>9}"
                   f"{duration(stage.seconds):>8}  {result}\n")
-        for label in sorted(stage.by_label):
-            counts = stage.by_label[label]
-            n = sum(counts.values())
-            out.write(f"    {label:<24}{n:>12}{counts['passed']:>8}"
-                      f"{counts['failed']:>8}{counts['skipped']:>9}\n")
+        if len(stage.by_label) > 1:
+            for label in sorted(stage.by_label):
+                counts = stage.by_label[label]
+                n = sum(counts.values())
+                out.write(f"    {label:<24}{n:>12}{counts['passed']:>8}"
+                          f"{counts['failed']:>8}{counts['skipped']:>9}\n")
+        for test, runs in sorted(stage.runs.items()):
+            out.write(f"    {test:<24}{f'{runs} runs':>12}\n")
     failures = [(s.name, t) for s in stages for t in s.failures]
     if failures:
         out.write("\nfailed:\n")
@@ -236,45 +242,50 @@ def print_summary(stages, not_run_file):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--make", default="make")
-    parser.add_argument("--build", default="build")
-    parser.add_argument("--asan-build", default="build-asan")
-    parser.add_argument("--tsan-build", default="build-tsan")
-    parser.add_argument("--fuzz-build", default="build-fuzz")
-    parser.add_argument("--fuzz-seconds", default="45")
-    parser.add_argument("--stages",
-                        default="main,asan,tsan,pool_fuzz,step_fuzz,"
-                        "saved_state_fuzz",
-                        help="comma-separated subset, in this order")
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        epilog="Each stage is `cmake --workflow --preset STAGE`; "
+        "CMakePresets.json says what it configures, builds and tests.")
+    parser.add_argument(
+        "--jobs", type=int,
+        default=os.environ.get("JOBS") or str(len(os.sched_getaffinity(0))),
+        help="parallel build and test jobs (default: $JOBS, else the CPUs)")
+    parser.add_argument(
+        "--fuzz-seconds", type=int,
+        default=os.environ.get("FUZZ_SECONDS") or "45",
+        help="seconds each fuzzer runs (default: $FUZZ_SECONDS, else 45)")
+    parser.add_argument(
+        "--stages", default=",".join(STAGES),
+        help="comma-separated, run in the order given (default: %(default)s)")
+    parser.add_argument(
+        "--dry-run", action="store_true",
+        help="print each stage's command and environment; run nothing")
     args = parser.parse_args()
+    keys = args.stages.split(",")
+    unknown = [key for key in keys if key not in STAGES]
+    if unknown or args.jobs < 1 or args.fuzz_seconds < 1:
+        parser.error(f"unknown stage {', '.join(unknown)}" if unknown else
+                     "--jobs and --fuzz-seconds must be positive")
 
-    make_vars = [f"BUILD={args.build}", f"ASAN_BUILD={args.asan_build}",
-                 f"TSAN_BUILD={args.tsan_build}",
-                 f"FUZZ_BUILD={args.fuzz_build}",
-                 f"FUZZ_SECONDS={args.fuzz_seconds}"]
-    all_stages = {
-        "main": Stage("main suite", "test-main", args.build),
-        "asan": Stage("sanitizers (ASan+UBSan)", "test-asan", args.asan_build),
-        "tsan": Stage("ThreadSanitizer", "test-tsan", args.tsan_build),
-        "pool_fuzz": Stage(f"pool_fuzz ({args.fuzz_seconds} s)",
-                           "test-fuzz-pool"),
-        "step_fuzz": Stage(f"step_fuzz ({args.fuzz_seconds} s)",
-                           "test-fuzz-step"),
-        "saved_state_fuzz": Stage(
-            f"saved_state_fuzz ({args.fuzz_seconds} s)",
-            "test-fuzz-saved-state"),
-    }
-    stages = [all_stages[key] for key in args.stages.split(",")]
-    log_dir = os.path.join(args.build, "suite-logs")
+    settings = {"CMAKE_BUILD_PARALLEL_LEVEL": str(args.jobs),
+                "CTEST_PARALLEL_LEVEL": str(args.jobs),
+                "FUZZ_SECONDS": str(args.fuzz_seconds)}
+    stages = [Stage(key, TITLES[key].format(seconds=args.fuzz_seconds),
+                    binary_dir(key)) for key in keys]
+    if args.dry_run:
+        prefix = " ".join(f"{k}={v}" for k, v in settings.items())
+        for stage in stages:
+            print(f"{stage.name}: {prefix} {' '.join(stage.command())}"
+                  f"  (junit: {os.path.join(stage.build_dir, 'junit.xml')})")
+        return 0
+    env = dict(os.environ, **settings)
+    main_dir = binary_dir("main")
+    log_dir = os.path.join(main_dir, "suite-logs")
     os.makedirs(log_dir, exist_ok=True)
     for stage in stages:
-        log_path = run_stage(stage, args.make, make_vars, log_dir)
-        if stage.build_dir:
-            read_ctest(stage)
-        else:
-            read_fuzz(stage, log_path)
-    print_summary(stages, os.path.join(args.build, "not-run.txt"))
+        run_stage(stage, env, log_dir)
+        read_ctest(stage)
+    print_summary(stages, os.path.join(main_dir, "not-run.txt"))
     return 0 if all(s.returncode == 0 for s in stages) else 1
 
 

@@ -15,7 +15,8 @@ deadline (wait_for).
 
 Paths come from the command line, before unittest's own arguments:
     --statecached=PATH --statecachectl=PATH --source-dir=DIR
-    [--promtool=PATH] [--prometheus=PATH]
+    [--promtool=PATH] [--prometheus=PATH] [--protoc=PATH] [--grpc-plugin=PATH]
+(the build passes the protoc and grpc_python_plugin it generates with)
 """
 
 import argparse
@@ -50,6 +51,9 @@ def main():
     parser.add_argument("--source-dir", required=True)
     parser.add_argument("--promtool", default=shutil.which("promtool") or "promtool")
     parser.add_argument("--prometheus", default=shutil.which("prometheus") or "prometheus")
+    parser.add_argument("--protoc", default=shutil.which("protoc") or "protoc")
+    parser.add_argument("--grpc-plugin", default=shutil.which("grpc_python_plugin")
+                        or "/usr/bin/grpc_python_plugin")
     ARGS, rest = parser.parse_known_args()
     unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
 
@@ -83,10 +87,9 @@ def stubs():
         out = tempfile.mkdtemp(prefix="scm-pb-")
         atexit.register(shutil.rmtree, out, ignore_errors=True)
         proto_root = os.path.join(ARGS.source_dir, "proto")
-        plugin = shutil.which("grpc_python_plugin") or "/usr/bin/grpc_python_plugin"
         subprocess.run(
-            ["protoc", "--proto_path=" + proto_root, "--python_out=" + out,
-             "--grpc_out=" + out, "--plugin=protoc-gen-grpc=" + plugin,
+            [ARGS.protoc, "--proto_path=" + proto_root, "--python_out=" + out,
+             "--grpc_out=" + out, "--plugin=protoc-gen-grpc=" + ARGS.grpc_plugin,
              os.path.join(proto_root, "statecache", "v1", "statecache.proto")],
             check=True)
         sys.path.insert(0, out)

@@ -18,7 +18,7 @@
 //   * an operator reading GetStats, ListSessions and the debug dumps,
 //     checking the core's invariants mid-run and now and then evicting a
 //     session.
-// The main build runs it for its checks; the TSan stage (make test-tsan)
+// The main build runs it for its checks; the TSan stage (the `tsan` preset)
 // runs it for the races, where any report fails it. Threads start together
 // and stop on a wall-clock budget once each has made some progress: no
 // sleeps; waiting is on the resize callback and the other threads' ends.
