@@ -25,10 +25,10 @@ void AddToBuilder(const PassOp& op, StepBuilder& b) {
       b.Reserve(op.request_id, op.positions);
       return;
     case OpKind::kPublish:
-      b.Publish(op.request_id);
+      b.Publish(op.request_id, op.keep_all);
       return;
     case OpKind::kCheckpoint:
-      b.Checkpoint(op.request_id, op.boundary_blocks, op.hash);
+      b.Checkpoint(op.request_id, op.boundary_blocks, op.hash, op.anchor_pos);
       return;
     case OpKind::kConsumeFork:
       b.ConsumeFork(op.request_id);

@@ -48,14 +48,18 @@ void ToProto(const PassOp& op, v1::Operation* out) {
       }
       return;
     }
-    case OpKind::kPublish:
-      out->mutable_publish()->set_request_id(op.request_id);
+    case OpKind::kPublish: {
+      v1::Publish* p = out->mutable_publish();
+      p->set_request_id(op.request_id);
+      p->set_keep_all(op.keep_all);
       return;
+    }
     case OpKind::kCheckpoint: {
       v1::Checkpoint* c = out->mutable_checkpoint();
       c->set_request_id(op.request_id);
       c->set_boundary_blocks(op.boundary_blocks);
       c->set_hash(op.hash);
+      c->set_anchor_pos(op.anchor_pos);
       return;
     }
     case OpKind::kConsumeFork:

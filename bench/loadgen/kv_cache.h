@@ -9,8 +9,10 @@
 // referenced, a new block is admitted over capacity (counted, never
 // refused): the simulation gates admission on state slots, not KV blocks.
 //
-// Only full prompt blocks are cached (the scheduler inserts each as its
-// prefill completes it); decode output and partial blocks are not.
+// The cache holds whatever full blocks the scheduler acquires: each prompt
+// block as its prefill completes it and, unless the scheduler runs with
+// kv_cache_decode off, each block of decode output as decoding fills it
+// (scheduler.h); partial blocks never.
 //
 // Thread safety: thread-compatible. Deterministic: the same calls give the
 // same hits and evictions.

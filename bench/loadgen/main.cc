@@ -1,5 +1,5 @@
-// statecache-loadgen: a simulated inference scheduler that replays an
-// agentic workload (bench/workload/gen_workload.py) against a running
+// statecache-loadgen: a simulated inference scheduler that replays a
+// workload (bench/workload/gen_workload.py) against a running
 // statecached, one Step per scheduler pass, and then the same workload
 // through the daemon's core in this process (no RPC): the two must make
 // the same decisions, so their hit ratios are identical and the latency
@@ -7,7 +7,7 @@
 //
 //   statecache-loadgen --workload=FILE [--address=ADDR] [--policy=statecache]
 //       [--concurrency=16] [--chunk_tokens=2048] [--ladder_blocks=16]
-//       [--kv_blocks=8192] [--json]
+//       [--kv_blocks=8192] [--kv_cache_decode=true] [--json]
 //   statecache-loadgen --workload=FILE --daemon=false --num_slots=N ...
 //       (in-process only, with the pool described by flags)
 //   statecache-loadgen --workload=FILE ... --record=PASSES.jsonl
@@ -46,8 +46,8 @@
 #include "bench/loadgen/report.h"
 #include "bench/loadgen/scheduler.h"
 #include "bench/loadgen/workload.h"
-#include "vocabulary/default_address.h"
 #include "client/statecache_client.h"
+#include "vocabulary/default_address.h"
 
 ABSL_FLAG(std::string, workload, "",
           "the workload file (bench/workload/gen_workload.py's output)");
@@ -55,7 +55,9 @@ ABSL_FLAG(std::string, address, "",
           "the daemon's address (empty: the daemon's default socket)");
 ABSL_FLAG(std::string, policy, "statecache",
           "statecache (prompt ends, ladder, midstep), prompt-end (one "
-          "checkpoint at each prompt's end) or none (never resume)");
+          "checkpoint at each prompt's end), junction (prompt ends and where "
+          "a prompt stops matching the KV cache), every-block (every block "
+          "boundary of the prompt) or none (never resume)");
 ABSL_FLAG(int32_t, concurrency, 16, "agent sessions active at once");
 ABSL_FLAG(int64_t, chunk_tokens, 2048,
           "prefill chunk per request per pass (a multiple of the block size)");
@@ -64,6 +66,10 @@ ABSL_FLAG(int64_t, ladder_blocks, 16,
           "policy statecache: a checkpoint every this many blocks of prefill "
           "(0: none)");
 ABSL_FLAG(int64_t, kv_blocks, 8192, "the simulated KV cache's blocks");
+ABSL_FLAG(bool, kv_cache_decode, true,
+          "the simulated KV cache keeps full blocks of decode output, as "
+          "engines do (a later prompt holding the reply hits through it); "
+          "false: prompt blocks only");
 ABSL_FLAG(int64_t, prefill_tokens_per_s, 20000,
           "simulated prefill speed of a forward");
 ABSL_FLAG(double, decode_ms_per_token, 25,
@@ -137,6 +143,7 @@ absl::StatusOr<SchedulerOptions> OptionsFromFlags() {
   o.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
   o.ladder_blocks = absl::GetFlag(FLAGS_ladder_blocks);
   o.kv_blocks = absl::GetFlag(FLAGS_kv_blocks);
+  o.kv_cache_decode = absl::GetFlag(FLAGS_kv_cache_decode);
   o.prefill_tokens_per_s = absl::GetFlag(FLAGS_prefill_tokens_per_s);
   o.decode_ms_per_token = absl::GetFlag(FLAGS_decode_ms_per_token);
   if (absl::GetFlag(FLAGS_num_spec) < 0) {
@@ -383,8 +390,9 @@ int Replay(const std::string& path) {
 int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "statecache-loadgen --workload=FILE [--address=ADDR] "
-      "[--policy=statecache|prompt-end|none] [--concurrency=N] [--json]\n"
-      "Replays an agentic workload against statecached as a simulated "
+      "[--policy=statecache|prompt-end|junction|every-block|none] "
+      "[--concurrency=N] [--json]\n"
+      "Replays a workload against statecached as a simulated "
       "scheduler, then through the daemon's core in-process; "
       "bench/loadgen/README.md has the details.");
   std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
@@ -416,6 +424,14 @@ int Main(int argc, char** argv) {
   if (absl::Status st = ValidateOptions(*options, workload->hash_block_size);
       !st.ok()) {
     return Fail(kExitUsage, st, "flags");
+  }
+  if (options->kv_cache_decode && workload->lines_without_output_blocks > 0) {
+    return Fail(kExitUsage,
+                absl::InvalidArgumentError(absl::StrCat(
+                    workload->lines_without_output_blocks,
+                    " request lines have no output_blocks (the file predates "
+                    "them): regenerate it, or pass --kv_cache_decode=false")),
+                "workload");
   }
 
   const ModelIdentity identity{
@@ -449,6 +465,7 @@ int Main(int argc, char** argv) {
                           {"max_batch_tokens", options->max_batch_tokens},
                           {"ladder_blocks", options->ladder_blocks},
                           {"kv_blocks", options->kv_blocks},
+                          {"kv_cache_decode", options->kv_cache_decode},
                           {"clear_index", options->clear_index}};
   };
 

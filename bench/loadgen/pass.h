@@ -40,7 +40,8 @@ struct PassOp {
   OpKind kind = OpKind::kBeginPass;
   std::string request_id = {};
   // admit, resumable_hit: the prompt. The block hashes are borrowed (from
-  // the workload, which outlives every pass).
+  // the workload, which outlives every pass). anchor_pos is also
+  // checkpoint's (0: the request's own anchor).
   int32_t width = 1;
   int64_t num_tokens = 0;
   int64_t anchor_pos = 0;
@@ -48,6 +49,8 @@ struct PassOp {
   int32_t kv_hit_blocks = 0;
   // reserve.
   std::vector<MidstepPosition> positions = {};
+  // publish.
+  bool keep_all = false;
   // checkpoint.
   int64_t boundary_blocks = 0;
   int64_t hash = 0;

@@ -72,14 +72,14 @@ json OpJson(const PassOp& op) {
                     {"positions", std::move(positions)}}}};
     }
     case OpKind::kPublish:
-      return json{
-          {"publish", {{"request_id", op.request_id}, {"keep_all", false}}}};
+      return json{{"publish",
+                   {{"request_id", op.request_id}, {"keep_all", op.keep_all}}}};
     case OpKind::kCheckpoint:
       return json{{"checkpoint",
                    {{"request_id", op.request_id},
                     {"boundary_blocks", op.boundary_blocks},
                     {"hash", op.hash},
-                    {"anchor_pos", 0}}}};
+                    {"anchor_pos", op.anchor_pos}}}};
     case OpKind::kConsumeFork:
       return json{{"consume_fork", {{"request_id", op.request_id}}}};
     case OpKind::kRelease:
@@ -262,18 +262,13 @@ absl::Status ParseOp(const json& j, std::deque<std::vector<int64_t>>& storage,
   } else if (kind == "publish") {
     op.kind = OpKind::kPublish;
     op.request_id = f.at("request_id").get<std::string>();
-    if (f.value("keep_all", false)) {
-      return absl::InvalidArgumentError("publish: keep_all is not replayed");
-    }
+    op.keep_all = f.value("keep_all", false);
   } else if (kind == "checkpoint") {
     op.kind = OpKind::kCheckpoint;
     op.request_id = f.at("request_id").get<std::string>();
     op.boundary_blocks = f.value("boundary_blocks", int64_t{0});
     op.hash = f.value("hash", int64_t{0});
-    if (f.value("anchor_pos", int64_t{0}) != 0) {
-      return absl::InvalidArgumentError(
-          "checkpoint: anchor_pos is not replayed");
-    }
+    op.anchor_pos = f.value("anchor_pos", int64_t{0});
   } else if (kind == "consume_fork") {
     op.kind = OpKind::kConsumeFork;
     op.request_id = f.at("request_id").get<std::string>();

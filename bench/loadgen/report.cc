@@ -172,6 +172,7 @@ json ReportJson(const Report& report) {
         {"max_batch_tokens", o.max_batch_tokens},
         {"ladder_blocks", o.ladder_blocks},
         {"kv_blocks", o.kv_blocks},
+        {"kv_cache_decode", o.kv_cache_decode},
         {"prefill_tokens_per_s", o.prefill_tokens_per_s},
         {"decode_ms_per_token", o.decode_ms_per_token},
         {"width", o.width},
@@ -217,10 +218,11 @@ void PrintTable(const Report& report, std::FILE* out) {
                 report.address.empty() ? "" : " at " + report.address);
   absl::FPrintF(out,
                 "scheduler  policy %s, concurrency %d, chunk %d tokens, "
-                "batch %d tokens, ladder %d blocks, KV %d blocks, "
+                "batch %d tokens, ladder %d blocks, KV %d blocks (%s), "
                 "prefill %d tok/s, decode %.1f ms/token\n\n",
                 PolicyName(o.policy), o.concurrency, o.chunk_tokens,
                 o.max_batch_tokens, o.ladder_blocks, o.kv_blocks,
+                o.kv_cache_decode ? "prompt and decode" : "prompt only",
                 o.prefill_tokens_per_s, o.decode_ms_per_token);
 
   absl::FPrintF(out, "%-34s", "");

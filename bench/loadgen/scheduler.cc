@@ -22,8 +22,12 @@ absl::StatusOr<Policy> ParsePolicy(absl::string_view name) {
   if (name == "statecache") return Policy::kStateCache;
   if (name == "none") return Policy::kNone;
   if (name == "prompt-end") return Policy::kPromptEnd;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown policy '", name, "' (statecache, none or prompt-end)"));
+  if (name == "junction") return Policy::kJunction;
+  if (name == "every-block") return Policy::kEveryBlock;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown policy '", name,
+                   "' (statecache, none, prompt-end, junction or "
+                   "every-block)"));
 }
 
 absl::string_view PolicyName(Policy policy) {
@@ -34,6 +38,10 @@ absl::string_view PolicyName(Policy policy) {
       return "none";
     case Policy::kPromptEnd:
       return "prompt-end";
+    case Policy::kJunction:
+      return "junction";
+    case Policy::kEveryBlock:
+      return "every-block";
   }
   return "?";
 }
@@ -123,6 +131,13 @@ void MixResult(uint64_t& h, const absl::StatusOr<OperationResult>& r) {
       *r);
 }
 
+// Block `b` of `t`'s prompt-then-reply token stream: a prompt block, or one
+// its reply completes.
+int64_t KvBlockHash(const Turn& t, int64_t b) {
+  const int64_t n = static_cast<int64_t>(t.blocks.size());
+  return b < n ? t.blocks[b] : t.output_blocks[b - n];
+}
+
 // One request: a turn of a session, from arrival to release.
 struct Request {
   int64_t key = 0;
@@ -137,6 +152,7 @@ struct Request {
   // Once admitted.
   int64_t kv_hit = 0;        // leading blocks the KV cache held
   int64_t kv_refs = 0;       // leading blocks this request references
+                             // (prompt, then reply: KvBlockHash)
   int64_t query_blocks = 0;  // what resumable_hit said
   int64_t pos = 0;           // tokens whose state is committed
   bool prefilled = false;
@@ -172,7 +188,10 @@ class Simulation {
         bs_(workload.hash_block_size),
         forks_(pool.transfer.kind == "fork"),
         midstep_(forks_ && pool.transfer.readable_midstep &&
-                 options.policy == Policy::kStateCache),
+                 (options.policy == Policy::kStateCache ||
+                  options.policy == Policy::kEveryBlock)),
+        all_known_(options.policy == Policy::kJunction ||
+                   options.policy == Policy::kEveryBlock),
         kv_(options.kv_blocks) {
     children_.resize(workload.sessions.size());
     for (const Session& s : workload.sessions) {
@@ -300,12 +319,15 @@ class Simulation {
       contexts_.push_back({OpKind::kConsumeFork, r});
     }
     for (Request* r : publish_) {
-      pass.ops.push_back(PassOp{.kind = OpKind::kPublish, .request_id = r->id});
+      pass.ops.push_back(PassOp{.kind = OpKind::kPublish,
+                                .request_id = r->id,
+                                .keep_all = all_known_});
       contexts_.push_back({OpKind::kPublish, r});
     }
     for (const Boundary& b : checkpoint_) {
       pass.ops.push_back(PassOp{.kind = OpKind::kCheckpoint,
                                 .request_id = b.request->id,
+                                .anchor_pos = all_known_ ? b.blocks * bs_ : 0,
                                 .boundary_blocks = b.blocks,
                                 .hash = b.hash});
       contexts_.push_back({OpKind::kCheckpoint, b.request});
@@ -607,6 +629,16 @@ class Simulation {
         for (int64_t p = step; p < r.anchor; p += step) {
           if (p > r.pos) r.wanted.push_back(p);
         }
+      } else if (o_.policy == Policy::kJunction) {
+        // Where this prompt stops matching what the KV cache holds.
+        const int64_t junction = r.kv_hit * bs_;
+        if (junction > r.pos && junction < r.anchor) {
+          r.wanted.push_back(junction);
+        }
+      } else if (o_.policy == Policy::kEveryBlock) {
+        for (int64_t p = r.pos + bs_; p < r.anchor; p += bs_) {
+          r.wanted.push_back(p);
+        }
       }
       if (r.anchor > r.pos) r.wanted.push_back(r.anchor);
     }
@@ -647,6 +679,7 @@ class Simulation {
         done = Prefilled(*r);
       } else {
         done = --r->decode_left == 0;
+        if (o_.kv_cache_decode) CacheDecoded(*r);
       }
       if (done) {
         Finish(*r);
@@ -689,9 +722,30 @@ class Simulation {
     return r.decode_left == 0;
   }
 
+  // A decode step ran: the blocks of the reply it filled join the KV cache.
+  // After the forward that left decode_left tokens to sample, the request
+  // has computed prompt + (output - 1 - decode_left) tokens: every output
+  // token but the ones still to come and the last one sampled.
+  void CacheDecoded(Request& r) {
+    const Turn& t = *r.spec;
+    const int64_t computed =
+        t.prompt_tokens + (t.output_tokens - 1 - r.decode_left);
+    const int64_t full = std::min<int64_t>(
+        computed / bs_,
+        static_cast<int64_t>(t.blocks.size() + t.output_blocks.size()));
+    for (int64_t b = r.kv_refs; b < full; ++b) kv_.Acquire(KvBlockHash(t, b));
+    r.kv_refs = std::max(r.kv_refs, full);
+  }
+
   void Finish(Request& r) {
     release_.push_back(&r);
-    kv_.Release(absl::MakeConstSpan(r.spec->blocks).first(r.kv_refs));
+    // Last block first: the reply's, then the prompt's.
+    const Turn& t = *r.spec;
+    const int64_t n = static_cast<int64_t>(t.blocks.size());
+    if (r.kv_refs > n) {
+      kv_.Release(absl::MakeConstSpan(t.output_blocks).first(r.kv_refs - n));
+    }
+    kv_.Release(absl::MakeConstSpan(t.blocks).first(std::min(r.kv_refs, n)));
     result_.output_tokens += r.spec->output_tokens;
     admitted_.erase(r.key);
     TurnFinished(r);
@@ -714,6 +768,9 @@ class Simulation {
   const int64_t bs_;
   const bool forks_;
   const bool midstep_;
+  // Every checkpoint is filed as known (checkpoint anchor_pos, publish
+  // keep_all): the engine baselines' one LRU.
+  const bool all_known_;
   std::chrono::steady_clock::time_point wall_start_;
 
   KvCache kv_;

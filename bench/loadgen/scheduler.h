@@ -23,17 +23,30 @@
 // again next pass; any other refusal, and any refusal of another kind of
 // operation, ends the run with an error naming it.
 //
-// Prefill is chunked (chunk_tokens per request per pass). Checkpoint
-// positions (transfer "fork" only): the prompt's end (its last full-block
-// boundary, the request's anchor_pos) and, under Policy::kStateCache, every
-// ladder_blocks-th block boundary of the prefill. A position at a chunk's
-// end is a fork `checkpoint` after that forward; one inside a chunk is a
-// midstep reserve/publish around it when the transfer is readable_midstep
-// and the chunk is not the request's first (whose start the admit decides,
-// in the same Step as the reserve would be), and otherwise ends the chunk
-// there. Policy::kPromptEnd keeps the prompt end only, always as a chunk
-// end; Policy::kNone never resumes (kv_hit_blocks 0) and sends nothing but
-// begin_pass, admit and release.
+// The KV cache holds, as vLLM's and SGLang's prefix caches do, every full
+// block a request has computed: its prompt's blocks as prefill completes
+// them and, with kv_cache_decode (the default), the blocks of its reply as
+// decoding fills them, under the hashes the workload gives them
+// (Turn::output_blocks, the ones a later prompt holding the reply
+// carries). A request that decoded n tokens has computed prompt + n - 1 of
+// them (the last sampled token is never fed back), so a later prompt's KV
+// hit may run past this prompt's end, through the reply. Without
+// kv_cache_decode only prompt blocks are cached.
+//
+// Prefill is chunked (chunk_tokens per request per pass). Checkpoints are
+// taken at positions a Policy chooses (transfer "fork" only; Policy has
+// them and the engine behaviour each mirrors). A position at a chunk's end
+// is a fork `checkpoint` after that forward; one inside a chunk is, for
+// the policies that write midstep (kStateCache, kEveryBlock), a midstep
+// reserve/publish around it when the transfer is readable_midstep and the
+// chunk is not the request's first (whose start the admit decides, in the
+// same Step as the reserve would be), and otherwise ends the chunk there.
+// kPromptEnd and kJunction always end the chunk at their positions.
+// kJunction and kEveryBlock file every checkpoint as known (a checkpoint's
+// anchor_pos, publish's keep_all), so the daemon spends theirs in LRU order
+// as an engine's prefix cache does; kStateCache's ladder positions are
+// guesses (spent first). kNone never resumes (kv_hit_blocks 0) and sends
+// nothing but begin_pass, admit and release.
 //
 // Deterministic: simulated time and the target's answers decide everything
 // (wall time only what `--realtime` sleeps), so two targets that decide
@@ -56,9 +69,35 @@
 
 namespace statecache::loadgen {
 
-enum class Policy { kStateCache, kNone, kPromptEnd };
+// Where a request's checkpoints go (the prompt's end is its last full-block
+// boundary, the admit's anchor_pos). Positions at or before the point it
+// resumed from are skipped.
+enum class Policy {
+  // The prompt's end and every ladder_blocks-th block boundary of the
+  // prefill: statecache's own placement.
+  kStateCache,
+  // No state cache: every prefill from scratch (an engine without prefix
+  // caching for the recurrent layers).
+  kNone,
+  // The prompt's end only: vLLM's mamba_cache_mode "align" and SGLang's
+  // radix cache for hybrid models, which keep the state at the last block
+  // boundary of each prefill.
+  kPromptEnd,
+  // The prompt's end and the junction: the block boundary where this prompt
+  // stops matching what the KV cache held at admission (the end of the
+  // longest prefix it shares with an earlier request), when that lies past
+  // the resume point and before the prompt's end: vLLM's
+  // --enable-mamba-fine-grained-prefix-cache, which materialises a
+  // checkpoint at the shared-prefix junction so the next request sharing
+  // it resumes there.
+  kJunction,
+  // Every block boundary of the prompt: vLLM's mamba_cache_mode "all",
+  // one state per block, at the price of a slot per block.
+  kEveryBlock,
+};
 
-// "statecache", "none", "prompt-end". INVALID_ARGUMENT for anything else.
+// "statecache", "none", "prompt-end", "junction", "every-block".
+// INVALID_ARGUMENT for anything else.
 absl::StatusOr<Policy> ParsePolicy(absl::string_view name);
 absl::string_view PolicyName(Policy policy);
 
@@ -69,6 +108,9 @@ struct SchedulerOptions {
   int64_t max_batch_tokens = 8192;
   int64_t ladder_blocks = 16;
   int64_t kv_blocks = 8192;
+  // Cache full blocks of decode output in the KV cache (the workload must
+  // have Turn::output_blocks); false: prompt blocks only.
+  bool kv_cache_decode = true;
   int64_t prefill_tokens_per_s = 20000;
   double decode_ms_per_token = 25;
   // Slots per request (1 + num_spec).

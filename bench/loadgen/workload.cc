@@ -5,6 +5,7 @@
 #include <limits>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -35,6 +36,19 @@ absl::StatusOr<int64_t> Int(const json& obj, const char* key, int64_t line,
                                         ", ", hi, "]"));
   }
   return v;
+}
+
+// The hashes of `array` into `out`: each an integer in [0, 2^63).
+absl::Status ReadHashes(const json& array, int64_t line,
+                        std::vector<int64_t>& out) {
+  out.reserve(array.size());
+  for (const json& h : array) {
+    if (!h.is_number_integer() || h.get<int64_t>() < 0) {
+      return LineError(line, "a block hash is not an integer in [0, 2^63)");
+    }
+    out.push_back(h.get<int64_t>());
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ReadHeader(const json& h, Workload& w) {
@@ -109,12 +123,28 @@ absl::Status ReadRequest(const json& r, int64_t line, Workload& w) {
                                         t.prompt_tokens, " tokens; want ", want,
                                         " (full blocks only)"));
   }
-  t.blocks.reserve(blocks->size());
-  for (const json& h : *blocks) {
-    if (!h.is_number_integer() || h.get<int64_t>() < 0) {
-      return LineError(line, "a block hash is not an integer in [0, 2^63)");
+  if (absl::Status st = ReadHashes(*blocks, line, t.blocks); !st.ok()) {
+    return st;
+  }
+  auto output_blocks = r.find("output_blocks");
+  if (output_blocks == r.end()) {
+    ++w.lines_without_output_blocks;
+  } else {
+    if (!output_blocks->is_array()) {
+      return LineError(line, "`output_blocks` must be an array of hashes");
     }
-    t.blocks.push_back(h.get<int64_t>());
+    const int64_t want_output =
+        (t.prompt_tokens + t.output_tokens) / w.hash_block_size - want;
+    if (static_cast<int64_t>(output_blocks->size()) != want_output) {
+      return LineError(
+          line, absl::StrCat(output_blocks->size(), " output block hashes for ",
+                             t.prompt_tokens, " + ", t.output_tokens,
+                             " tokens; want ", want_output));
+    }
+    if (absl::Status st = ReadHashes(*output_blocks, line, t.output_blocks);
+        !st.ok()) {
+      return st;
+    }
   }
   s.turns.push_back(std::move(t));
   return absl::OkStatus();

@@ -1,22 +1,33 @@
 #!/usr/bin/python3
-"""gen_workload.py: a seeded, deterministic agentic workload (JSON Lines).
+"""gen_workload.py: a seeded, deterministic inference workload (JSON Lines).
 
-    bench/workload/gen_workload.py [--seed=1] [--sessions=200] [-o FILE]
+    bench/workload/gen_workload.py [--shape=agentic] [--seed=1]
+                                   [--sessions=200] [-o FILE]
 
-Writes multi-turn agent sessions of the kind the reference pool was tuned on
-(bench/workload/README.md documents the format and the model):
+Writes sessions of one of four shapes (bench/workload/README.md documents
+the format and the model):
 
-  * every session starts from one of a few shared system prompts (its agent
-    type) and a task; every later prompt is the previous prompt extended by
-    the previous reply (the turn's output tokens) and a tool output;
-  * some turns of a top-level session spawn sub-agents: each starts from the
-    parent's prompt of that turn and its reply (the plan) plus a sub-task of
-    its own, so siblings and parent share leading blocks;
-  * prompt contents are token-block identities, hashed in chains of
-    `--block-size` tokens: block i's hash depends on block i-1's and on the
-    content of block i, so two prompts sharing a prefix share their leading
-    block hashes. Hashes are non-negative int64 (< 2**63); a line carries
-    its prompt's full blocks only.
+  * agentic (the default): multi-turn agent sessions of the kind the
+    reference pool was tuned on. Every session starts from one of a few
+    shared system prompts (its agent type) and a task; every later prompt is
+    the previous prompt extended by the previous reply (the turn's output
+    tokens) and a tool output. Some turns of a top-level session spawn
+    sub-agents: each starts from the parent's prompt of that turn and its
+    reply (the plan) plus a sub-task of its own, so siblings and parent
+    share leading blocks;
+  * fan-out: single-turn requests, each one of a few long shared prefixes (a
+    system prompt or a retrieved document) and a suffix of its own long
+    enough that no prompt's last full block lies inside the shared part;
+  * long-replies: multi-turn chat sessions whose replies are long (the next
+    prompt is the previous prompt, the reply and a short user message);
+  * mix: the three interleaved, unit by unit.
+
+Prompt contents are token-block identities, hashed in chains of
+`--block-size` tokens: block i's hash depends on block i-1's and on the
+content of block i, so two prompts sharing a prefix share their leading
+block hashes. Hashes are non-negative int64 (< 2**63); a line carries its
+prompt's full blocks and the full blocks its reply completes, which the
+session's next prompt carries at the same positions.
 
 Same arguments, same seed: byte-identical output (only random.Random.random()
 is drawn, every value written is an integer or a string, and keys are
@@ -33,11 +44,17 @@ import sys
 
 FORMAT = "statecache-workload"
 VERSION = 1
+SHAPES = ("agentic", "fan-out", "long-replies", "mix")
 
 
 def parse_args(argv):
     p = argparse.ArgumentParser(
-        description="Generate a deterministic agentic workload (JSON Lines).")
+        description="Generate a deterministic workload (JSON Lines).")
+    p.add_argument("--shape", choices=SHAPES, default="agentic",
+                   help="agentic (multi-turn agents with sub-agents), "
+                   "fan-out (single turns on a few shared long prefixes), "
+                   "long-replies (multi-turn chat, long replies) or mix "
+                   "(the three interleaved)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--sessions", type=int, default=200,
                    help="sessions in all, sub-agents included")
@@ -71,6 +88,24 @@ def parse_args(argv):
     p.add_argument("--think-median-ms", type=int, default=1500,
                    help="simulated tool time between turns (lognormal median)")
     p.add_argument("--think-max-ms", type=int, default=30000)
+    p.add_argument("--prefixes", type=int, default=8,
+                   help="fan-out: distinct shared prefixes")
+    p.add_argument("--prefix-min-tokens", type=int, default=1000,
+                   help="fan-out: a shared prefix (log-uniform)")
+    p.add_argument("--prefix-max-tokens", type=int, default=2000)
+    p.add_argument("--suffix-min-tokens", type=int, default=128,
+                   help="fan-out: a request's own suffix (log-uniform); at "
+                   "least --block-size")
+    p.add_argument("--suffix-max-tokens", type=int, default=1024)
+    p.add_argument("--fanout-burst", type=int, default=8,
+                   help="mix: fan-out requests per fan-out unit")
+    p.add_argument("--reply-min-tokens", type=int, default=500,
+                   help="long-replies: a reply (log-uniform)")
+    p.add_argument("--reply-max-tokens", type=int, default=4000)
+    p.add_argument("--user-median", type=int, default=150,
+                   help="long-replies: the user message after a reply "
+                   "(lognormal median)")
+    p.add_argument("--user-max", type=int, default=2048)
     p.add_argument("-o", "--output", default="-",
                    help="output file ('-': stdout)")
     args = p.parse_args(argv)
@@ -100,9 +135,22 @@ def parse_args(argv):
     if not 1 <= args.subagents_min <= args.subagents_max:
         problems.append("need 1 <= --subagents-min <= --subagents-max")
     for name in ("output_median", "output_max", "tool_median", "tool_max",
-                 "think_median_ms", "think_max_ms"):
+                 "think_median_ms", "think_max_ms", "prefixes", "fanout_burst",
+                 "user_median", "user_max"):
         if getattr(args, name) < 1:
             problems.append("--%s must be >= 1" % name.replace("_", "-"))
+    if not 1 <= args.prefix_min_tokens <= args.prefix_max_tokens:
+        problems.append("need 1 <= --prefix-min-tokens <= --prefix-max-tokens")
+    if not args.block_size <= args.suffix_min_tokens <= args.suffix_max_tokens:
+        problems.append("need --block-size <= --suffix-min-tokens <= "
+                        "--suffix-max-tokens (a shorter suffix could leave a "
+                        "prompt's last full block inside its shared prefix)")
+    if (args.shape in ("fan-out", "mix") and args.max_prompt_tokens
+            < args.prefix_max_tokens + args.suffix_max_tokens):
+        problems.append("--max-prompt-tokens must leave room for the longest "
+                        "prefix and suffix")
+    if not 1 <= args.reply_min_tokens <= args.reply_max_tokens:
+        problems.append("need 1 <= --reply-min-tokens <= --reply-max-tokens")
     if problems:
         p.error("; ".join(problems))
     return args
@@ -214,53 +262,93 @@ def chain_root(seed, block_size):
     return int.from_bytes(digest, "little") >> 1
 
 
-def session_turns(d, args, stream, first_id, mean_turns, think_first):
+def session_turns(d, args, stream, first_id, mean_turns, think_first,
+                  long_replies=False):
     """Grows `stream` turn by turn; returns one dict per turn.
 
     `stream` already holds the first prompt. Each turn records its prompt,
-    then appends its reply (output tokens) and a tool output, which the next
-    prompt extends by.
+    then appends its reply (output tokens) and what comes back before the
+    next turn (a tool output; with `long_replies`, a long reply and a user
+    message instead), which the next prompt extends by.
     """
     turns = []
     n_turns = d.geometric(mean_turns, args.max_turns)
     think = think_first
     for t in range(n_turns):
         prompt = stream.length
-        output = d.lognormal_int(args.output_median, 0.9, 1, args.output_max)
+        if long_replies:
+            output = d.log_uniform_int(args.reply_min_tokens,
+                                       args.reply_max_tokens)
+        else:
+            output = d.lognormal_int(args.output_median, 0.9, 1,
+                                     args.output_max)
         turns.append({"turn": t, "think_ms": think, "prompt": prompt,
                       "output": output, "stream_len": prompt})
         stream.append("%s.r%d" % (first_id, t), output)
-        tool = d.lognormal_int(args.tool_median, 1.1, 1, args.tool_max)
+        if long_replies:
+            more = d.lognormal_int(args.user_median, 1.0, 1, args.user_max)
+        else:
+            more = d.lognormal_int(args.tool_median, 1.1, 1, args.tool_max)
         think = d.lognormal_int(args.think_median_ms, 1.0, 1,
                                 args.think_max_ms)
-        if stream.length + tool > args.max_prompt_tokens:
+        if stream.length + more > args.max_prompt_tokens:
             break
-        stream.append("%s.o%d" % (first_id, t), tool)
+        stream.append("%s.%s%d" % (first_id, "u" if long_replies else "o", t),
+                      more)
     return turns
 
 
-def generate(args):
-    d = Draws(args.seed)
-    root = chain_root(args.seed, args.block_size)
-    system = [d.log_uniform_int(args.system_min_tokens, args.system_max_tokens)
-              for _ in range(args.agent_types)]
-    sessions = []  # (header dict, stream, turns)
-    while len(sessions) < args.sessions:
-        sid = len(sessions)
+class Generator:
+    """Sessions of one shape, appended unit by unit (a unit: an agentic
+    session and its sub-agents, a long-replies session, or fan-out
+    requests), all drawn from one Draws in a fixed order."""
+
+    def __init__(self, args):
+        self.args = args
+        self.d = Draws(args.seed)
+        self.root = chain_root(args.seed, args.block_size)
+        self.sessions = []  # (header dict, stream, turns)
+        self.system = []
+        self.prefix = []
+        if args.shape != "fan-out":
+            self.system = [
+                self.d.log_uniform_int(args.system_min_tokens,
+                                       args.system_max_tokens)
+                for _ in range(args.agent_types)]
+        if args.shape in ("fan-out", "mix"):
+            self.prefix = [
+                self.d.log_uniform_int(args.prefix_min_tokens,
+                                       args.prefix_max_tokens)
+                for _ in range(args.prefixes)]
+
+    def full(self):
+        return len(self.sessions) >= self.args.sessions
+
+    def first_prompt(self, sid):
+        """A top-level session's agent type and its stream holding the
+        system prompt and the task."""
+        args, d = self.args, self.d
         agent = min(args.agent_types - 1,
                     int(d.uniform() * args.agent_types))
-        stream = Stream(root, args.block_size)
-        stream.append("sys%d" % agent, system[agent])
+        stream = Stream(self.root, args.block_size)
+        stream.append("sys%d" % agent, self.system[agent])
         stream.append("s%d.task" % sid,
                       d.log_uniform_int(args.task_min_tokens,
                                         args.task_max_tokens))
+        return agent, stream
+
+    def agentic(self):
+        args, d = self.args, self.d
+        sid = len(self.sessions)
+        agent, stream = self.first_prompt(sid)
         turns = session_turns(d, args, stream, "s%d" % sid, args.mean_turns,
                               think_first=0)
-        sessions.append(({"session": sid, "parent": None,
-                          "parent_turn": None, "agent": agent}, stream, turns))
+        self.sessions.append(({"session": sid, "parent": None,
+                               "parent_turn": None, "agent": agent},
+                              stream, turns))
         # Sub-agents, after the whole parent (ids follow the parent's).
         for turn in turns[:-1]:
-            if len(sessions) >= args.sessions:
+            if self.full():
                 break
             if d.uniform() >= args.subagent_prob:
                 continue
@@ -269,10 +357,10 @@ def generate(args):
                 continue
             for _ in range(d.int_between(args.subagents_min,
                                          args.subagents_max)):
-                if len(sessions) >= args.sessions:
+                if self.full():
                     break
-                cid = len(sessions)
-                child = Stream(root, args.block_size,
+                cid = len(self.sessions)
+                child = Stream(self.root, args.block_size,
                                stream.segments_until(branch))
                 child.append("s%d.task" % cid,
                              d.log_uniform_int(args.subtask_min_tokens,
@@ -280,10 +368,59 @@ def generate(args):
                 child_turns = session_turns(
                     d, args, child, "s%d" % cid, args.subagent_mean_turns,
                     think_first=d.lognormal_int(100, 0.5, 1, 1000))
-                sessions.append(({"session": cid, "parent": sid,
-                                  "parent_turn": turn["turn"],
-                                  "agent": agent}, child, child_turns))
-    return sessions
+                self.sessions.append(({"session": cid, "parent": sid,
+                                       "parent_turn": turn["turn"],
+                                       "agent": agent}, child, child_turns))
+
+    def long_replies(self):
+        args = self.args
+        sid = len(self.sessions)
+        agent, stream = self.first_prompt(sid)
+        turns = session_turns(self.d, args, stream, "s%d" % sid,
+                              args.mean_turns, think_first=0,
+                              long_replies=True)
+        self.sessions.append(({"session": sid, "parent": None,
+                               "parent_turn": None, "agent": agent},
+                              stream, turns))
+
+    def fan_out(self, n):
+        """`n` single-turn requests (fewer if the file is full)."""
+        args, d = self.args, self.d
+        for _ in range(n):
+            if self.full():
+                break
+            sid = len(self.sessions)
+            k = min(args.prefixes - 1, int(d.uniform() * args.prefixes))
+            stream = Stream(self.root, args.block_size)
+            stream.append("doc%d" % k, self.prefix[k])
+            stream.append("s%d.q" % sid,
+                          d.log_uniform_int(args.suffix_min_tokens,
+                                            args.suffix_max_tokens))
+            prompt = stream.length
+            output = d.lognormal_int(args.output_median, 0.9, 1,
+                                     args.output_max)
+            stream.append("s%d.r0" % sid, output)
+            turns = [{"turn": 0, "think_ms": 0, "prompt": prompt,
+                      "output": output, "stream_len": prompt}]
+            self.sessions.append(({"session": sid, "parent": None,
+                                   "parent_turn": None,
+                                   "agent": args.agent_types + k},
+                                  stream, turns))
+
+
+def generate(args):
+    g = Generator(args)
+    while not g.full():
+        shape = args.shape
+        if shape == "mix":
+            shape = SHAPES[min(2, int(g.d.uniform() * 3))]
+        if shape == "agentic":
+            g.agentic()
+        elif shape == "long-replies":
+            g.long_replies()
+        else:
+            g.fan_out(args.fanout_burst if args.shape == "mix" else 1)
+    return g.sessions
 
 
 def write(args, sessions, out):
@@ -304,8 +441,13 @@ def write(args, sessions, out):
     }
     dump = lambda obj: json.dumps(obj, separators=(",", ":"))
     out.write(dump(header) + "\n")
+    bs = args.block_size
     for info, stream, turns in sessions:
         for turn in turns:
+            # The full blocks of the prompt and of the reply after it (the
+            # next prompt extends the same stream, so it carries the same
+            # hashes for the reply's blocks).
+            hashes = stream.block_hashes(turn["prompt"] + turn["output"])
             line = {
                 "type": "request",
                 "session": info["session"],
@@ -316,7 +458,8 @@ def write(args, sessions, out):
                 "think_ms": turn["think_ms"],
                 "prompt_tokens": turn["prompt"],
                 "output_tokens": turn["output"],
-                "blocks": stream.block_hashes(turn["prompt"]),
+                "blocks": hashes[:turn["prompt"] // bs],
+                "output_blocks": hashes[turn["prompt"] // bs:],
             }
             out.write(dump(line) + "\n")
 
