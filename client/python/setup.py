@@ -1,4 +1,5 @@
-"""The build step: the package, plus gRPC stubs generated from the proto.
+"""The build step: the package, plus gRPC stubs generated from the proto
+(and statecache/_stats.py written from them by gen_stats.py).
 
 Everything else is in pyproject.toml. The stubs are generated into the build
 tree only (statecache/v1/statecache_pb2.py and statecache_pb2_grpc.py),
@@ -67,6 +68,11 @@ class BuildPyWithStubs(build_py):
             os.path.join(proto_dir, PROTO)]
         self.announce("generating the gRPC stubs: " + " ".join(command), 2)
         subprocess.run(command, check=True)
+        # Stats and the messages it carries, written out from the stubs.
+        subprocess.run(
+            [sys.executable, os.path.join(HERE, "gen_stats.py"),
+             os.path.join(out, "statecache", "v1", "statecache_pb2.py"),
+             os.path.join(out, "statecache", "_stats.py")], check=True)
 
 
 setup(cmdclass={"build_py": BuildPyWithStubs})

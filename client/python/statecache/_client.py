@@ -20,6 +20,7 @@ from ._memory import StateMemory
 from ._proto import pb as _pb
 from ._proto import pb_grpc as _pb_grpc
 from ._packed import step_request, step_request_prefix
+from ._stats import NESTED, Identity, Stats, TransferConfig, WarmRestart
 from ._step import Result, StepBuilder, decode_results
 
 
@@ -178,90 +179,9 @@ class TlsConfig:
 # ------------------------------------------------------------ plain values
 
 
-@dataclass(slots=True)
-class Identity:
-    """The model's identity; every field must equal the daemon's."""
-
-    model_id: str = ""
-    hash_block_size: int = 0
-    hash_namespace: str = ""
-    num_spec: int = 0
-    layout_fingerprint: str = ""
-
-
-@dataclass(slots=True)
-class TransferConfig:
-    """How the daemon carries state across a checkpoint: kind "fork",
-    "none" or "replay"; readable_midstep says whether reserve/publish
-    work."""
-
-    kind: str = ""
-    fork_tokens: int = 0
-    readable_midstep: bool = False
-
-
-@dataclass(slots=True)
-class WarmRestart:
-    """How the daemon's start went with --state_dir, and what it saved
-    since (WarmRestartStats): outcome "off", "cold", "restored",
-    "mismatch" or "unreadable" (with `reason`)."""
-
-    outcome: str = ""
-    reason: str = ""
-    restored_checkpoints: int = 0
-    restored_tier_entries: int = 0
-    dropped_bad_checksum: int = 0
-    dropped_no_room: int = 0
-    restore_seconds: float = 0.0
-    saves: int = 0
-    save_failures: int = 0
-    saved_checkpoints: int = 0
-    last_save_unix_seconds: float = 0.0
-    dropped_unreadable: int = 0
-
-
-@dataclass(slots=True)
-class Stats:
-    """GetStatsResponse, field for field (see statecache.proto)."""
-
-    epoch: int = 0
-    uptime_seconds: float = 0.0
-    checkpoints_kept: int = 0
-    checkpoints_dropped: int = 0
-    checkpoints_evicted: int = 0
-    checkpoints_orphaned: int = 0
-    slots_total: int = 0
-    slots_used: int = 0
-    slots_held: int = 0
-    slots_vacant: int = 0
-    sessions: int = 0
-    requests: int = 0
-    transfer: TransferConfig = field(default_factory=TransferConfig)
-    identity: Identity = field(default_factory=Identity)
-    indexed_hashes: int = 0
-    resumes_fork: int = 0
-    resumes_adopt: int = 0
-    resumes_miss: int = 0
-    lease_expiries: int = 0
-    sessions_evicted: int = 0
-    state_bytes: int = 0
-    backend: str = ""
-    max_slots: int = 0
-    layout_name: str = ""
-    bytes_per_slot: int = 0
-    resume_blocks_wanted: int = 0
-    resume_blocks_resumed: int = 0
-    draining: bool = False
-    slots_quarantined: int = 0
-    host_tier_capacity_bytes: int = 0
-    host_tier_bytes: int = 0
-    host_tier_entries: int = 0
-    host_tier_demotions: int = 0
-    host_tier_evictions: int = 0
-    resumes_tier: int = 0
-    host_tier_demotions_failed: int = 0
-    host_tier_promotions_failed: int = 0
-    warm_restart: WarmRestart = field(default_factory=WarmRestart)
+# Stats and the Identity, TransferConfig and WarmRestart it carries are
+# written by the build from the proto (gen_stats.py): see _stats.py in the
+# built package.
 
 
 @dataclass(slots=True)
@@ -309,8 +229,7 @@ class DrainResult:
 _T = TypeVar("_T")
 
 # The message-valued fields _plain converts, by name.
-_NESTED = {"transfer": TransferConfig, "identity": Identity,
-           "warm_restart": WarmRestart}
+_NESTED = NESTED
 
 
 def _plain(cls: type[_T], message: Any) -> _T:
