@@ -20,7 +20,9 @@
                     x509:NAME); a wrong CA, no client certificate or no TLS
                     exit 4 naming the address and why; bad TLS flags exit 2
 
-See harness.py for the arguments.
+The daemon, the gRPC driver and the paths come from tests/metrics/harness.py
+(shared with the metrics tests; see it for the arguments), imported from
+there.
 """
 
 import json
@@ -35,8 +37,10 @@ import tempfile
 import time
 import unittest
 
-import harness
-from harness import Daemon, Driver, wait_for
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                os.pardir, "metrics"))
+import harness  # noqa: E402 (tests/metrics/harness.py, by the path above)
+from harness import Daemon, Driver  # noqa: E402
 
 OK = 0
 UNAVAILABLE = 14
