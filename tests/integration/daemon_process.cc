@@ -69,7 +69,6 @@ std::string StatecachedPath() {
   }
   return STATECACHED_PATH;
 }
-std::string StatecachectlPath() { return STATECACHECTL_PATH; }
 std::string SlotHolderPath() { return SLOT_HOLDER_PATH; }
 
 std::string ReadFileOrEmpty(const std::string& path) {

@@ -1,6 +1,7 @@
 // Test fixtures that run real processes: the `statecached` daemon on a Unix
 // socket in a fresh temporary directory, and any other executable (a client
-// that gets SIGKILLed, `statecachectl`) with its output captured.
+// that gets SIGKILLed, the daemon given bad flags, openssl) with its output
+// captured.
 //
 // Nothing here sleeps to synchronise. A daemon is "up" when it wrote
 // "ready\n" to its --ready_fd pipe; a process is "gone" when waitpid says so
@@ -32,7 +33,6 @@ namespace statecache::testing {
 // Paths of the binaries under test, from the build (compile definitions);
 // $STATECACHE_IT_STATECACHED, if set, names another statecached to test.
 std::string StatecachedPath();
-std::string StatecachectlPath();
 std::string SlotHolderPath();
 
 // A directory made with mkdtemp under $TMPDIR (or /tmp), removed with its

@@ -1,4 +1,5 @@
-"""Shared pieces of the metrics and statecachectl tests (tests/metrics).
+"""Shared pieces of the metrics tests (tests/metrics) and the statecachectl
+tests (tests/ctl/ctl_test.py, which imports this file from here).
 
 Runs the real programs: statecached on a Unix socket in a fresh temporary
 directory, with its Prometheus endpoint on 127.0.0.1 and a port the kernel

@@ -12,8 +12,8 @@ a day) in a directory the caller owns and removes:
     NAME.csr                  each certificate's signing request (not a
                               certificate: for tests of what is refused)
 
-Used by test_tls.py and tests/metrics/ctl_test.py (which imports it by
-path); only the standard library, so either can.
+Used by test_tls.py and tests/ctl/ctl_test.py (which imports it by path);
+only the standard library, so either can.
 """
 
 import os

@@ -1,6 +1,11 @@
 #!/usr/bin/python3
 """statecachectl's operator commands against a real daemon (ctest -L ctl).
 
+    CommandsTest    over a daemon with two requests and a fork checkpoint:
+                    status, stats and sessions (tables and --json, against
+                    GetStats and the proto's every field), resize grows and
+                    shrinks the pool, evict ends the session, drain --json
+                    and a pass while draining
     ResizeTest      a shrink blocked by live requests prints progress as they
                     are released, then the report (before/after, relocated,
                     evicted, memory n/a without state memory); a deadline
@@ -10,8 +15,8 @@
     DrainTest       drain refuses Attach and admit with UNAVAILABLE; drain
                     --wait times out with 3 while a request is admitted and
                     returns 0 once it is released; drain --resume admits again
-    ExitCodeTest    4 when nothing listens, 2 for bad usage, 1 for a refusal,
-                    and --help documents them
+    ExitCodeTest    4 when nothing listens, 2 for bad usage (naming what
+                    was wrong), 1 for a refusal, and --help documents them
     StatsWatchTest  stats --watch --count N prints N frames (tables and JSON
                     lines with rates); Ctrl-C ends it with 0
     TlsTest         --tls_ca/--tls_cert/--tls_key against a daemon serving
@@ -20,7 +25,9 @@
                     x509:NAME); a wrong CA, no client certificate or no TLS
                     exit 4 naming the address and why; bad TLS flags exit 2
 
-See harness.py for the arguments.
+The daemon, the gRPC driver and the paths come from tests/metrics/harness.py
+(shared with the metrics tests; see it for the arguments), imported from
+there.
 """
 
 import json
@@ -35,8 +42,10 @@ import tempfile
 import time
 import unittest
 
-import harness
-from harness import Daemon, Driver, wait_for
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                os.pardir, "metrics"))
+import harness  # noqa: E402 (tests/metrics/harness.py, by the path above)
+from harness import Daemon, Driver  # noqa: E402
 
 OK = 0
 UNAVAILABLE = 14
@@ -142,6 +151,198 @@ class CtlTestCase(unittest.TestCase):
         self.assertEqual([r.code for r in results], [OK] * len(results),
                          [r.message for r in results])
         return results
+
+
+# The model identity of CommandsTest's daemon and session (the integration
+# tests' own, tests/integration/test_util.h): one speculative token, so every
+# request is two slots wide.
+MODEL_ID = "it/model-7b"
+BLOCK = 64
+NAMESPACE = "it-namespace"
+NUM_SPEC = 1
+WIDTH = 1 + NUM_SPEC
+# r1's two blocks; its checkpoint at 2 blocks is filed under the second.
+HASHES = (0x3c51a2d07e9b4411, 0x19f08c6b2ad37502)
+
+
+class CommandsTest(CtlTestCase):
+    """Each command over a daemon (16 slots) with one session, "ctl-subject",
+    holding two requests: r1 (two blocks, a fork checkpoint at the second)
+    and r2. --quarantine=0: an evicted session's slots come back at once, as
+    test_evict_ends_the_session reads them."""
+
+    FLAGS = ["--model_id=" + MODEL_ID, "--hash_block_size=%d" % BLOCK,
+             "--hash_namespace=" + NAMESPACE, "--num_spec=%d" % NUM_SPEC,
+             "--num_slots=16", "--quarantine=0"]
+
+    def setUp(self):
+        super().setUp()
+        d = self.driver
+        self.attached = d.stub.Attach(d.pb2.AttachRequest(
+            identity=self.identity(), client_name="ctl-subject"), timeout=5)
+        self.session = self.attached.session_id
+        self.step_ok(self.session, d.begin_pass(),
+                     d.admit("r1", num_tokens=128, anchor_pos=128, hashes=HASHES, width=WIDTH),
+                     d.admit("r2", num_tokens=10, width=WIDTH),
+                     d.checkpoint("r1", 2, HASHES[1]))
+
+    def identity(self):
+        return self.driver.identity(model_id=MODEL_ID, hash_block_size=BLOCK,
+                                    hash_namespace=NAMESPACE, num_spec=NUM_SPEC)
+
+    def json_of(self, result):
+        try:
+            return json.loads(result.stdout)
+        except ValueError:
+            self.fail("not JSON: %r" % result.stdout)
+
+    def test_status(self):
+        r = self.ctl.run("status")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stderr, "")
+        self.assertIn(str(self.attached.epoch), r.stdout)
+        self.assertIn(self.daemon.address, r.stdout)
+        self.assertIn("16 total", r.stdout)
+        self.assertIn(MODEL_ID, r.stdout)
+
+        r = self.ctl.run("status", "--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        j = self.json_of(r)
+        self.assertEqual(j["epoch"], self.attached.epoch)
+        self.assertEqual(j["slots_total"], 16)
+        self.assertEqual(j["sessions"], 1)
+        self.assertEqual(j["requests"], 2)
+        self.assertEqual(j["identity"]["model_id"], MODEL_ID)
+        self.assertEqual(j["identity"]["hash_block_size"], BLOCK)
+        self.assertEqual(j["transfer"]["kind"], "fork")
+
+    def test_stats_json_matches_get_stats(self):
+        stats = self.driver.stats()
+        r = self.ctl.run("stats", "--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        j = self.json_of(r)
+        self.assertEqual(j["epoch"], stats.epoch)
+        self.assertEqual(j["checkpoints_kept"], stats.checkpoints_kept)
+        self.assertEqual(j["checkpoints_kept"], 1)
+        self.assertEqual(j["indexed_hashes"], 1)
+        self.assertEqual(j["slots_total"], 16)
+        self.assertEqual(j["slots_used"], stats.slots_used)
+        self.assertEqual(j["slots_used"] + j["slots_held"] + j["slots_vacant"], 16, r.stdout)
+        self.assertEqual(j["slots_quarantined"], 0)  # --quarantine=0 fences nothing
+        self.assertEqual(j["sessions"], 1)
+        self.assertEqual(j["requests"], 2)
+        self.assertEqual(j["warm_restart"]["outcome"], "off")
+        # Every scalar of GetStatsResponse, under the proto's name.
+        for path in harness.stats_field_kinds():
+            node = j
+            for part in path.split("."):
+                self.assertIsInstance(node, dict, "%s missing from %s" % (path, r.stdout))
+                self.assertIn(part, node, "%s missing from %s" % (path, r.stdout))
+                node = node[part]
+
+        # The table says the same, and prints every field its sections do
+        # not (none today: a "more" section means a field went unprinted).
+        r = self.ctl.run("stats")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("checkpoints", r.stdout)
+        self.assertIn("kept", r.stdout)
+        self.assertNotIn("unknown field", r.stdout)
+        self.assertNotIn("\nmore\n", r.stdout)
+
+    def test_sessions_lists_the_attached_scheduler(self):
+        r = self.ctl.run("sessions")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("s1 ", r.stdout)
+        self.assertIn("ctl-subject", r.stdout)
+        # A session's id is its holder's secret: never listed.
+        self.assertNotIn(self.session, r.stdout)
+
+        r = self.ctl.run("--json", "sessions")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        sessions = self.json_of(r)["sessions"]
+        self.assertEqual(len(sessions), 1, r.stdout)
+        s = sessions[0]
+        self.assertEqual(s["handle"], "s1")
+        self.assertNotIn("session_id", s)
+        self.assertNotIn(self.session, r.stdout)
+        self.assertEqual(s["principal"], "uid:%d" % os.geteuid())
+        self.assertEqual(s["client_name"], "ctl-subject")
+        self.assertEqual(s["requests"], 2)
+        self.assertEqual(s["slots"], 2 * WIDTH)
+        self.assertEqual(s["pins"], 1)
+
+    def test_resize_grows_and_shrinks_the_pool(self):
+        d = self.driver
+        r = self.ctl.run("resize", "24")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(d.stats().slots_total, 24)
+        self.assertIn("24", r.stdout)
+
+        r = self.ctl.run("resize", "12", "--deadline=5s", "--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(self.json_of(r)["num_slots"], 12)
+        stats = d.stats()
+        self.assertEqual(stats.slots_total, 12)
+        self.assertEqual(stats.slots_used + stats.slots_held + stats.slots_vacant, 12)
+        self.assertEqual(stats.requests, 2, "live requests survive a shrink")
+
+        # Refused: exit 1 with the daemon's reason on stderr, nothing changed.
+        r = self.ctl.run("resize", "0")
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("INVALID_ARGUMENT", r.stderr)
+        self.assertEqual(d.stats().slots_total, 12)
+
+    def test_evict_ends_the_session(self):
+        d = self.driver
+        r = self.ctl.run("evict", "s1")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("s1", r.stdout)
+        self.assertIn("2 requests released", r.stdout)
+        stats = d.stats()
+        self.assertEqual(stats.sessions, 0)
+        self.assertEqual(stats.requests, 0)
+        self.assertEqual(stats.slots_used, 0)
+        self.assertEqual(stats.sessions_evicted, 1)
+        self.assertEqual(stats.indexed_hashes, 1, "checkpoints outlive the session")
+        # The scheduler finds out on its next call: the session is gone
+        # (NOT_FOUND, what makes the C++ client's lease_lost() turn true),
+        # and says why.
+        with self.assertRaises(d.grpc.RpcError) as keepalive:
+            d.stub.KeepAlive(d.pb2.KeepAliveRequest(session_id=self.session), timeout=5)
+        self.assertEqual(keepalive.exception.code(), d.grpc.StatusCode.NOT_FOUND)
+        self.assertIn("evicted", keepalive.exception.details())
+        with self.assertRaises(d.grpc.RpcError) as step:
+            d.step(self.session, d.begin_pass())
+        self.assertEqual(step.exception.code(), d.grpc.StatusCode.NOT_FOUND)
+
+        # Evicting it again, or anything unknown: exit 1, NOT_FOUND on stderr.
+        for handle in ("s1", "nobody"):
+            r = self.ctl.run("evict", handle)
+            self.assertEqual(r.returncode, 1, (handle, r.stderr))
+            self.assertIn("NOT_FOUND", r.stderr)
+            self.assertEqual(r.stdout, "", handle)
+        r = self.ctl.run("sessions")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertNotIn("s1 ", r.stdout)
+
+    def test_drain_json_and_a_pass_while_draining(self):
+        # (DrainTest has the rest: Attach refused, --wait's exit 3 while a
+        # request is admitted, --resume, admitting again.)
+        d = self.driver
+        r = self.ctl.run("drain", "--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIs(self.json_of(r)["draining"], True, r.stdout)
+        stats = d.stats()
+        self.assertTrue(stats.draining)
+        self.assertEqual(stats.requests, 2, "admitted requests run on")
+
+        # In one pass: the admit is refused, the release of a request
+        # admitted before the drain works.
+        results = d.step(self.session, d.begin_pass(),
+                         d.admit("r3", num_tokens=10, width=WIDTH), d.release("r2"))
+        self.assertEqual([r.code for r in results], [OK, UNAVAILABLE, OK],
+                         [r.message for r in results])
+        self.assertEqual(d.stats().requests, 1)
 
 
 class ResizeTest(CtlTestCase):
@@ -341,6 +542,9 @@ class ExitCodeTest(CtlTestCase):
             self.assertEqual(result.stdout, "", args)
         self.assertEqual(self.daemon.metrics().total("statecache_rpc_duration_seconds_count"),
                          before, "a usage error sent something")
+        # The message names what was wrong.
+        result = self.ctl.run("frobnicate")
+        self.assertIn("frobnicate", result.stderr)
 
         # 1: the daemon refused.
         result = self.ctl.run("resize", "0")
@@ -353,6 +557,7 @@ class ExitCodeTest(CtlTestCase):
         # 0 and the documentation of all of them.
         result = self.ctl.run("--help")
         self.assertEqual(result.returncode, 0)
+        self.assertIn("usage", result.stdout)
         self.assertIn("exit codes:", result.stdout)
         for code, words in ((0, "ok"), (1, "RPC failed"), (2, "usage error"), (3, "timed out"),
                             (4, "unreachable")):
