@@ -8,8 +8,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/device/copy_plan.h"
-#include "vocabulary/layout.h"
 #include "daemon/device/layout_presets.h"
+#include "vocabulary/layout.h"
 
 namespace statecache {
 

@@ -4,9 +4,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "proto/statecache/v1/statecache.pb.h"
 #include "vocabulary/dtype.h"
 #include "vocabulary/layout.h"
-#include "proto/statecache/v1/statecache.pb.h"
 
 namespace statecache {
 

@@ -39,7 +39,6 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "vocabulary/default_address.h"
 #include "daemon/command_line.h"
 #include "daemon/common/status_macros.h"
 #include "daemon/device/device.h"
@@ -58,6 +57,7 @@
 #include "daemon/service/state_dir.h"
 #include "daemon/service/state_keeper.h"
 #include "daemon/serving.h"
+#include "vocabulary/default_address.h"
 
 namespace statecache {
 namespace {

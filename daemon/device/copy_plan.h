@@ -18,8 +18,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "vocabulary/layout.h"
 #include "kernels/copy_table.h"
+#include "vocabulary/layout.h"
 
 namespace statecache {
 
