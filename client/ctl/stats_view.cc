@@ -71,7 +71,8 @@ std::vector<CounterRate> CounterRates(const DaemonStats& now,
   std::vector<CounterRate> rates;
   for (size_t i = 0; i < fields.size(); ++i) {
     if (fields[i].kind != StatsFieldKind::kCounter) continue;
-    CounterRate rate{.name = fields[i].name, .total = Number(fields[i])};
+    CounterRate rate{
+        .name = fields[i].name, .total = Number(fields[i]), .per_second = {}};
     // Both readings come from the same generated StatsFields: same order.
     if (!before.empty()) {
       rate.per_second = (rate.total - Number(before[i])) / elapsed_seconds;

@@ -68,13 +68,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Check(handle.find('/', 1) == std::string::npos &&
               handle.find('\0') == std::string::npos,
           "a retained name that is not one object under /dev/shm");
-    const std::optional<RetainedShmName> again = ParseRetainedShmName(
+    const std::optional<RetainedShmName> reparsed = ParseRetainedShmName(
         FormatRetainedShmName("statecache", kept->name.epoch, kept->name.owner,
                               kept->keeper.value_or(0)),
         "statecache");
-    Check(again.has_value() && again->name.epoch == kept->name.epoch &&
-              again->name.owner == kept->name.owner &&
-              again->keeper.value_or(0) == kept->keeper.value_or(0),
+    Check(reparsed.has_value() && reparsed->name.epoch == kept->name.epoch &&
+              reparsed->name.owner == kept->name.owner &&
+              reparsed->keeper.value_or(0) == kept->keeper.value_or(0),
           "a retained name whose record does not round-trip");
   }
   const uint64_t image_bytes = decoded->bytes_per_slot;
