@@ -88,10 +88,7 @@ absl::StatusOr<std::unique_ptr<InProcessTarget>> InProcessTarget::Create(
       *kind, transfer.fork_tokens, transfer.readable_midstep);
   if (!state_transfer.ok()) return state_transfer.status();
   StateCacheOptions options;
-  options.identity.set_model_id(identity.model_id);
-  options.identity.set_hash_block_size(identity.hash_block_size);
-  options.identity.set_hash_namespace(identity.hash_namespace);
-  options.identity.set_num_spec(identity.num_spec);
+  ToProto(identity, &options.identity);
   options.num_slots = num_slots;
   options.transfer = *state_transfer;
   options.lease_ttl = absl::Hours(1);
@@ -107,10 +104,7 @@ absl::StatusOr<std::unique_ptr<InProcessTarget>> InProcessTarget::Create(
     target->cache_->AddObserver(target->metrics_.get());
   }
   v1::AttachRequest attach;
-  attach.mutable_identity()->set_model_id(identity.model_id);
-  attach.mutable_identity()->set_hash_block_size(identity.hash_block_size);
-  attach.mutable_identity()->set_hash_namespace(identity.hash_namespace);
-  attach.mutable_identity()->set_num_spec(identity.num_spec);
+  ToProto(identity, attach.mutable_identity());
   attach.set_client_name("statecache-loadgen (in-process)");
   v1::AttachResponse attached;
   if (absl::Status st = target->cache_->Attach(attach, &attached); !st.ok()) {

@@ -5,8 +5,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
-#include <type_traits>
-#include <variant>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -43,19 +41,6 @@ double DaemonHitRatio(const TargetRun& t) {
                                    t.before.resume_blocks_wanted));
 }
 
-// A counter's value (counters are integers in the proto).
-int64_t CounterValue(const StatsField& field) {
-  return std::visit(
-      [](const auto& v) -> int64_t {
-        if constexpr (std::is_arithmetic_v<std::decay_t<decltype(v)>>) {
-          return static_cast<int64_t>(v);
-        } else {
-          return 0;
-        }
-      },
-      field.value);
-}
-
 // Every counter of GetStats (as the proto marks them) over the run: after
 // minus before, named as the proto names them.
 json CountersOverRun(const TargetRun& t) {
@@ -66,7 +51,7 @@ json CountersOverRun(const TargetRun& t) {
     if (after[i].kind != StatsFieldKind::kCounter) continue;
     // Both lists come from one generated function: same order.
     out[std::string(after[i].name)] =
-        CounterValue(after[i]) - CounterValue(before[i]);
+        static_cast<int64_t>(NumericValue(after[i]) - NumericValue(before[i]));
   }
   return out;
 }

@@ -216,6 +216,10 @@ struct StatsField {
   std::variant<int64_t, uint64_t, double, bool, std::string> value;
 };
 
+// A numeric field's value as a double (counters and gauges are numbers);
+// 0 for text and flags.
+double NumericValue(const StatsField& field);
+
 // Every scalar field of `stats`, nested messages flattened, in the proto's
 // order.
 std::vector<StatsField> StatsFields(const )"
@@ -261,6 +265,9 @@ std::string Generator::ProtoSource() const {
   std::ostringstream out;
   out << kBanner << R"(#include "client/daemon_stats_proto.h"
 
+#include <type_traits>
+#include <variant>
+
 namespace statecache {
 )";
   for (const Target& t : targets_) {
@@ -290,6 +297,20 @@ namespace statecache {
     }
     out << "}\n";
   }
+  out << R"(
+double NumericValue(const StatsField& field) {
+  return std::visit(
+      [](const auto& v) -> double {
+        if constexpr (std::is_arithmetic_v<std::decay_t<decltype(v)>> &&
+                      !std::is_same_v<std::decay_t<decltype(v)>, bool>) {
+          return static_cast<double>(v);
+        } else {
+          return 0;
+        }
+      },
+      field.value);
+}
+)";
   out << "\nstd::vector<StatsField> StatsFields(const "
       << targets_.front().struct_name << "& stats) {\n  return {\n";
   Flatten(targets_.front().message, "", "stats.", out);

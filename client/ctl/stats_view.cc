@@ -17,21 +17,6 @@ nlohmann::json ValueJson(const StatsField& field) {
                     field.value);
 }
 
-// A numeric field's value as a double; 0 for text and flags.
-double Number(const StatsField& field) {
-  return std::visit(
-      [](const auto& v) -> double {
-        using T = std::decay_t<decltype(v)>;
-        if constexpr (std::is_same_v<T, std::string> ||
-                      std::is_same_v<T, bool>) {
-          return 0;
-        } else {
-          return static_cast<double>(v);
-        }
-      },
-      field.value);
-}
-
 }  // namespace
 
 nlohmann::json StatsJson(const DaemonStats& stats) {
@@ -71,11 +56,13 @@ std::vector<CounterRate> CounterRates(const DaemonStats& now,
   std::vector<CounterRate> rates;
   for (size_t i = 0; i < fields.size(); ++i) {
     if (fields[i].kind != StatsFieldKind::kCounter) continue;
-    CounterRate rate{
-        .name = fields[i].name, .total = Number(fields[i]), .per_second = {}};
+    CounterRate rate{.name = fields[i].name,
+                     .total = NumericValue(fields[i]),
+                     .per_second = {}};
     // Both readings come from the same generated StatsFields: same order.
     if (!before.empty()) {
-      rate.per_second = (rate.total - Number(before[i])) / elapsed_seconds;
+      rate.per_second =
+          (rate.total - NumericValue(before[i])) / elapsed_seconds;
     }
     rates.push_back(rate);
   }
