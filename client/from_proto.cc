@@ -35,7 +35,8 @@ absl::StatusOr<OperationResult> FromProto(const v1::OperationResult& r) {
           .adopted = a.adopted(),
           .from_tier = a.from_tier(),
           .branch_blocks = a.branch_blocks(),
-          .continuation_blocks = a.continuation_blocks()};
+          .continuation_blocks = a.continuation_blocks(),
+          .ladder_blocks = a.ladder_blocks()};
     }
     case v1::OperationResult::kResumableHit:
       return ResumableHitResult{.blocks = r.resumable_hit().blocks(),

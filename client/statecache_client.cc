@@ -623,6 +623,7 @@ absl::StatusOr<SessionInfo> Client::Attach(const ModelIdentity& identity,
       .max_hashes_per_step = response.max_hashes_per_step(),
       .handle = response.handle(),
       .placement_advised = response.placement_advised(),
+      .eviction = response.eviction(),
       .state_memory = response.has_memory()
                           ? response.memory().SerializeAsString()
                           : std::string()};

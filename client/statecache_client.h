@@ -147,6 +147,8 @@ struct SessionInfo {
   std::string handle;
   // Whether admit results carry placement advice (AttachOptions).
   bool placement_advised = false;
+  // Which checkpoint a shortage spends: "lru" or "second-chance".
+  std::string eviction;
   // The state memory, as a serialized statecache.v1.StateMemory; empty when
   // the daemon keeps none. RegionFromStateMemory (client/state_memory.h)
   // turns it into the typed view (layout, every placement) that
@@ -174,11 +176,13 @@ struct AdmitResult {
   bool adopted = false;
   bool from_tier = false;
   // Placement advice (an advised session; else 0): checkpoint at this
-  // block boundary (a branch point), and at this one and every boundary
-  // the decode reaches after it (the continuation, each replacing the
-  // last).
+  // block boundary (a branch point); at this one and every boundary the
+  // decode reaches after it (the continuation, each replacing the last);
+  // and, when set, at every ladder_blocks-th boundary of the prefill
+  // (guesses, while the pool has room).
   int32_t branch_blocks = 0;
   int32_t continuation_blocks = 0;
+  int32_t ladder_blocks = 0;
 };
 struct ResumableHitResult {
   int32_t blocks = 0;

@@ -153,6 +153,16 @@ ABSL_FLAG(int64_t, branch_point_blocks, int64_t{1} << 20,
           "Distinct prompt blocks (hashes) the branch-point table of placement "
           "advice remembers, about 40 bytes each; what no advised prompt "
           "used for that long is forgotten. At least 2.");
+ABSL_FLAG(int64_t, advice_ladder_blocks, 16,
+          "Placement advice: while the pool has vacant slots to spare, also "
+          "advise a checkpoint (a guess, spent first) every this many blocks "
+          "of each prefill. 0: never.");
+ABSL_FLAG(std::string, eviction, "lru",
+          "Which checkpoint a shortage spends once no slot is vacant: lru "
+          "(the reference pool's rule: guesses first, then the least "
+          "recently used) or second-chance (as lru, but a checkpoint resumed "
+          "from since it was filed is passed over once: shared prefixes "
+          "outlive checkpoints nothing read).");
 ABSL_FLAG(int64_t, max_message_bytes, int64_t{16} << 20,
           "Largest gRPC message received or sent.");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(2),
@@ -347,6 +357,16 @@ absl::StatusOr<StateCacheOptions> OptionsFromFlags(const RegionAccess& access) {
   options.max_sessions = absl::GetFlag(FLAGS_max_sessions);
   options.advise_placement = absl::GetFlag(FLAGS_advise_placement);
   options.branch_point_blocks = absl::GetFlag(FLAGS_branch_point_blocks);
+  options.advice_ladder_blocks = absl::GetFlag(FLAGS_advice_ladder_blocks);
+  const std::string eviction = absl::GetFlag(FLAGS_eviction);
+  if (eviction == "lru") {
+    options.eviction = Eviction::kLru;
+  } else if (eviction == "second-chance") {
+    options.eviction = Eviction::kSecondChance;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--eviction must be lru or second-chance, got \"", eviction, "\""));
+  }
   options.max_operations_per_step = absl::GetFlag(FLAGS_max_ops_per_step);
   options.max_hashes_per_step = absl::GetFlag(FLAGS_max_hashes_per_step);
   options.fair_share = absl::GetFlag(FLAGS_fair_share);

@@ -102,6 +102,7 @@ using google::protobuf::RepeatedPtrField;
   X(AdmitResult, from_tier)              \
   X(AdmitResult, branch_blocks)          \
   X(AdmitResult, continuation_blocks)    \
+  X(AdmitResult, ladder_blocks)          \
   X(ResumableHitResult, tier_blocks)     \
   X(LookupResult, in_tier)
 

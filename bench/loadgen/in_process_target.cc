@@ -81,7 +81,7 @@ void ToProto(const PassOp& op, v1::Operation* out) {
 absl::StatusOr<std::unique_ptr<InProcessTarget>> InProcessTarget::Create(
     const ModelIdentity& identity, int64_t num_slots,
     const TransferConfig& transfer, int32_t max_operations_per_step,
-    bool metrics, bool advise_placement) {
+    bool metrics, bool advise_placement, const std::string& eviction) {
   absl::StatusOr<TransferKind> kind = ParseTransferKind(transfer.kind);
   if (!kind.ok()) return kind.status();
   absl::StatusOr<StateTransfer> state_transfer = StateTransfer::Create(
@@ -93,6 +93,12 @@ absl::StatusOr<std::unique_ptr<InProcessTarget>> InProcessTarget::Create(
   options.transfer = *state_transfer;
   options.lease_ttl = absl::Hours(1);
   options.max_operations_per_step = max_operations_per_step;
+  if (eviction == "second-chance") {
+    options.eviction = Eviction::kSecondChance;
+  } else if (eviction != "lru") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "eviction must be lru or second-chance, got '", eviction, "'"));
+  }
   absl::StatusOr<std::unique_ptr<StateCache>> cache =
       StateCache::Create(std::move(options));
   if (!cache.ok()) return cache.status();

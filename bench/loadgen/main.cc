@@ -89,6 +89,9 @@ ABSL_FLAG(bool, in_process_metrics, true,
           "observe the in-process core with the daemon's metrics, as a "
           "daemon serving metrics (its default) does");
 ABSL_FLAG(int64_t, num_slots, 1024, "--daemon=false: the pool's slots");
+ABSL_FLAG(std::string, eviction, "lru",
+          "--daemon=false: the core's eviction rule, lru or second-chance "
+          "(with a daemon, the daemon's)");
 ABSL_FLAG(std::string, transfer, "fork",
           "--daemon=false: fork, none or replay");
 ABSL_FLAG(int64_t, fork_tokens, 1,
@@ -228,7 +231,8 @@ int Replay(const std::string& path) {
       session.transfer.kind != want.transfer.kind ||
       session.transfer.fork_tokens != want.transfer.fork_tokens ||
       session.transfer.readable_midstep != want.transfer.readable_midstep ||
-      session.placement_advised != want.placement_advised) {
+      session.placement_advised != want.placement_advised ||
+      session.eviction != want.eviction) {
     std::fprintf(
         stderr,
         "statecache-loadgen: the daemon's pool (%lld slots, transfer "
@@ -457,7 +461,8 @@ int Main(int argc, char** argv) {
               .fork_tokens = absl::GetFlag(FLAGS_fork_tokens),
               .readable_midstep = absl::GetFlag(FLAGS_readable_midstep)},
       .max_operations_per_step = 4096,
-      .placement_advised = options->policy == Policy::kStateCache};
+      .placement_advised = options->policy == Policy::kStateCache,
+      .eviction = absl::GetFlag(FLAGS_eviction)};
 
   absl::StatusOr<std::FILE*> record_file =
       OpenRecord(absl::GetFlag(FLAGS_record));
@@ -493,7 +498,8 @@ int Main(int argc, char** argv) {
         PoolConfig{.num_slots = session.num_slots,
                    .transfer = session.transfer,
                    .max_operations_per_step = session.max_operations_per_step,
-                   .placement_advised = session.placement_advised};
+                   .placement_advised = session.placement_advised,
+                   .eviction = session.eviction};
     if (advise && !session.placement_advised) {
       return Fail(kExitError,
                   absl::FailedPreconditionError(
@@ -525,11 +531,11 @@ int Main(int argc, char** argv) {
     SchedulerOptions in_options = *options;
     in_options.realtime = false;
     absl::StatusOr<std::unique_ptr<InProcessTarget>> target =
-        InProcessTarget::Create(identity, report.pool.num_slots,
-                                report.pool.transfer,
-                                report.pool.max_operations_per_step,
-                                absl::GetFlag(FLAGS_in_process_metrics),
-                                options->policy == Policy::kStateCache);
+        InProcessTarget::Create(
+            identity, report.pool.num_slots, report.pool.transfer,
+            report.pool.max_operations_per_step,
+            absl::GetFlag(FLAGS_in_process_metrics),
+            options->policy == Policy::kStateCache, report.pool.eviction);
     if (!target.ok()) {
       return Fail(kExitUsage, target.status(), "the in-process core");
     }

@@ -40,7 +40,8 @@ json RecordHeader(const ModelIdentity& identity, const PoolConfig& pool,
           {"fork_tokens", pool.transfer.fork_tokens},
           {"readable_midstep", pool.transfer.readable_midstep}}},
         {"max_operations_per_step", pool.max_operations_per_step},
-        {"placement_advised", pool.placement_advised}}},
+        {"placement_advised", pool.placement_advised},
+        {"eviction", pool.eviction}}},
       {"run", std::move(run)},
   };
 }
@@ -124,7 +125,8 @@ json ResultJson(const absl::StatusOr<OperationResult>& result) {
                 {"blocks_resumed", r.blocks_resumed},
                 {"adopted", r.adopted},
                 {"branch_blocks", r.branch_blocks},
-                {"continuation_blocks", r.continuation_blocks}}}};
+                {"continuation_blocks", r.continuation_blocks},
+                {"ladder_blocks", r.ladder_blocks}}}};
     }
     json operator()(const ResumableHitResult& r) const {
       return {{"resumable_hit", {{"blocks", r.blocks}}}};
@@ -329,7 +331,8 @@ absl::StatusOr<RecordedPasses> ReadRecordedPasses(const std::string& path) {
                                        .readable_midstep = transfer.value(
                                            "readable_midstep", false)},
             .max_operations_per_step = pool.value("max_operations_per_step", 0),
-            .placement_advised = pool.value("placement_advised", false)};
+            .placement_advised = pool.value("placement_advised", false),
+            .eviction = pool.value("eviction", std::string("lru"))};
         out.header = std::move(j);
         continue;
       }

@@ -636,8 +636,15 @@ class Simulation {
       if (o_.policy == Policy::kStateCache) {
         // The daemon's advice: its branch point, then the continuation
         // from the prompt's end on (Forward adds the decode boundaries).
+        if (a.ladder_blocks > 0) {
+          const int64_t step = a.ladder_blocks * bs_;
+          for (int64_t p = step; p < r.anchor; p += step) {
+            if (p > r.pos && p != a.branch_blocks * bs_) r.wanted.push_back(p);
+          }
+        }
         if (a.branch_blocks * bs_ > r.pos) {
           r.wanted.push_back(a.branch_blocks * bs_);
+          std::sort(r.wanted.begin(), r.wanted.end());
         }
         r.continuation_blocks = a.continuation_blocks;
       } else if (o_.policy == Policy::kLadder && o_.ladder_blocks > 0) {

@@ -134,6 +134,9 @@ struct PoolConfig {
   int32_t max_operations_per_step = 0;
   // The session gets placement advice (kStateCache asks for it).
   bool placement_advised = false;
+  // The daemon's eviction rule ("lru", "second-chance"), which the
+  // in-process core copies.
+  std::string eviction = "lru";
 };
 
 struct RunResult {

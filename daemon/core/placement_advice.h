@@ -28,6 +28,7 @@ namespace statecache {
 struct PlacementAdvice {
   int64_t branch_blocks = 0;        // 0: none
   int64_t continuation_blocks = 0;  // 0: none
+  int64_t ladder_blocks = 0;        // 0: none
   friend bool operator==(const PlacementAdvice&,
                          const PlacementAdvice&) = default;
 };
@@ -35,11 +36,14 @@ struct PlacementAdvice {
 // Records the admitted prompt in `table` and advises it: a branch point
 // past `blocks_resumed` and before the prompt's end (its anchor, or its
 // last block when the anchor is 0) that `memory` holds no checkpoint of
-// yet; the continuation at the anchor when that is a block boundary > 0.
+// yet; the continuation at the anchor when that is a block boundary > 0;
+// a ladder of `ladder_blocks` (> 0) when the pool has a vacant slot for
+// each of its rungs (the boundaries it would checkpoint).
 // REQUIRES: `spec` is an admission `memory` accepted (its hashes
-//   non-negative), `blocks_resumed` what it resumed.
+//   non-negative), `blocks_resumed` what it resumed; ladder_blocks >= 0.
 PlacementAdvice AdvisePlacement(BranchPoints& table, const SlotMemory& memory,
-                                const AdmitSpec& spec, int64_t blocks_resumed);
+                                const AdmitSpec& spec, int64_t blocks_resumed,
+                                int64_t ladder_blocks);
 
 // Whether a checkpoint of a request at `position` (tokens) is at one of the
 // positions `advice` gave it (so it is filed as known), and whether it is

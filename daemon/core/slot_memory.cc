@@ -357,6 +357,14 @@ absl::StatusOr<bool> SlotMemory::Supersede(int64_t hash, int64_t slot) {
   return true;
 }
 
+bool SlotMemory::SupersedeVacates(int64_t hash, int64_t slot) const {
+  if (hash < 0 || slot < 0 || slot >= pool_.num_slots()) return false;
+  absl::StatusOr<int64_t> filed = pool_.Lookup(hash);
+  if (!filed.ok() || *filed != slot) return false;
+  absl::StatusOr<bool> free = pool_.IsFree(slot);
+  return free.ok() && *free;
+}
+
 void SlotMemory::ClearIndex() {
   pool_.ClearIndex();
   if (tier_.has_value()) tier_->Clear();

@@ -183,6 +183,8 @@ class SlotMemory {
   }
 
   const SlotPool& pool() const { return pool_; }
+  // SlotPool::SetEviction.
+  void SetEviction(Eviction eviction) { pool_.SetEviction(eviction); }
   Device* device() const { return device_.get(); }
   int64_t num_slots() const { return pool_.num_slots(); }
 
@@ -323,6 +325,10 @@ class SlotMemory {
   // hash is filed elsewhere, or was spent, adopted or unindexed since).
   // Errors: INVALID_ARGUMENT a negative hash.
   absl::StatusOr<bool> Supersede(int64_t hash, int64_t slot);
+  // Whether Supersede(hash, slot) would leave `slot` vacant at once: the
+  // checkpoint is filed there and nothing pins or holds the slot. False
+  // for a negative hash or a slot out of range.
+  bool SupersedeVacates(int64_t hash, int64_t slot) const;
 
   // ------------------------------------------------------------ host tier
   //

@@ -199,6 +199,7 @@ int64_t SlotPool::PopUnchecked() {
   int64_t slot = PopVacant();
   if (slot < 0) {
     slot = checkpointed_.Front();
+    if (eviction_ == Eviction::kSecondChance) slot = SecondChance(slot);
     checkpointed_.Remove(slots_, slot);
     Clear(slot, kFree | kInLru);
     --num_free_;
@@ -222,6 +223,26 @@ int64_t SlotPool::PopUnchecked() {
   Clear(slot, kSpeculative);
   InvalidateUnchecked(slot);
   return slot;
+}
+
+const char* EvictionName(Eviction eviction) {
+  return eviction == Eviction::kSecondChance ? "second-chance" : "lru";
+}
+
+// Bounded: a pool whose every checkpoint was resumed from spends the head
+// after this many passes, as LRU would have a moment earlier.
+constexpr int kMaxSecondChances = 16;
+
+int64_t SlotPool::SecondChance(int64_t head) {
+  for (int i = 0;
+       i < kMaxSecondChances && Is(head, kResumed) && checkpointed_.size() > 1;
+       ++i) {
+    Clear(head, kResumed);
+    checkpointed_.Remove(slots_, head);
+    checkpointed_.PushBack(slots_, head);
+    head = checkpointed_.Front();
+  }
+  return head;
 }
 
 int64_t SlotPool::PopVacant() {
@@ -277,6 +298,7 @@ absl::Status SlotPool::Promote(int64_t slot) {
                     [&] { return Promote(slot); });
   }
   RETURN_IF_ERROR(CheckSlot(slot, "promote"));
+  if (enabled_ && eviction_ == Eviction::kSecondChance) Set(slot, kResumed);
   if (!enabled_ || !Is(slot, kSpeculative)) return absl::OkStatus();
   Clear(slot, kSpeculative);
   if (Is(slot, kInLru)) {
@@ -653,6 +675,7 @@ absl::Status SlotPool::Invalidate(int64_t slot) {
 
 void SlotPool::InvalidateHashed(int64_t slot) {
   const int64_t hash = slots_[slot].hash;
+  Clear(slot, kResumed);
   SetHash(slot, -1);
   hash_to_slot_.EraseIfFiledUnder(hash, slot);
 }

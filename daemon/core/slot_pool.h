@@ -90,6 +90,20 @@
 namespace statecache {
 
 class PoolCallObserver;  // pool_call.h
+
+// Which checkpoint a shortage spends (after the vacant slots).
+//   kLru           the LRU head: the reference's rule (guesses first, then
+//                  the least recently used).
+//   kSecondChance  the LRU head, except that a checkpoint resumed from since
+//                  it was filed or last passed over is passed over once: it
+//                  goes to the tail, its mark cleared, and the next head is
+//                  considered (a bounded walk; CLOCK's second chance). A
+//                  checkpoint that proved its worth (a shared prefix many
+//                  requests resume from) then outlives the ones nothing
+//                  read (a single-turn request's continuation).
+enum class Eviction { kLru, kSecondChance };
+// "lru", "second-chance" (the flag's and AttachResponse's names).
+const char* EvictionName(Eviction eviction);
 struct PoolCall;
 
 // Largest pool the core accepts: slot indices are stored in 32 bits.
@@ -450,6 +464,11 @@ class SlotPool {
   //   INVALID_ARGUMENT slot out of range or negative hash.
   absl::Status RestoreCheckpoint(int64_t slot, int64_t hash, bool speculative);
 
+  // Default kLru. A pool traced by a call observer must keep kLru (the
+  // trace format has no eviction rule; replays use the reference's).
+  void SetEviction(Eviction eviction) { eviction_ = eviction; }
+  Eviction eviction() const { return eviction_; }
+
   // ------------------------------ observing ------------------------------ //
 
   // Tells `observer` (not owned; null: none) of the pool as it is, then of
@@ -514,6 +533,8 @@ class SlotPool {
   // Unchecked primitives: the reference's methods of the same names.
   int64_t PopUnchecked();
   int64_t PopVacant();
+  // The checkpoint kSecondChance spends, starting from the LRU head.
+  int64_t SecondChance(int64_t head);
   void ClaimUnchecked(int64_t slot);
   void ReleaseUnchecked(int64_t slot);
   void MarkSpeculativeUnchecked(int64_t slot);
@@ -547,6 +568,7 @@ class SlotPool {
     kDeferred = 1 << 2,     // a pin's reader is the next batch
     kReserved = 1 << 3,     // holds an outstanding midstep reservation
     kInLru = 1 << 4,        // free and carrying a hash: in checkpointed_
+    kResumed = 1 << 5,      // resumed from since filed (kSecondChance)
   };
   bool Is(int64_t slot, uint8_t flag) const {
     return (slots_[slot].flags & flag) != 0;
@@ -582,6 +604,7 @@ class SlotPool {
   HashIndex hash_to_slot_;
   std::vector<std::pair<int64_t, int64_t>> relocations_;
   bool log_spent_ = false;
+  Eviction eviction_ = Eviction::kLru;
   std::vector<Spent> spent_;
   bool log_indexed_ = false;
   std::vector<int64_t> indexed_;

@@ -187,8 +187,9 @@ absl::Status Admit(OperationContext& c, absl::string_view id,
                       admitted.outcome == ResumeOutcome::kTier);
   result->set_from_tier(admitted.outcome == ResumeOutcome::kTier);
   if (session.advised && c.branch_points != nullptr) {
-    request->advice = AdvisePlacement(*c.branch_points, c.memory, spec,
-                                      admitted.blocks_resumed);
+    request->advice =
+        AdvisePlacement(*c.branch_points, c.memory, spec,
+                        admitted.blocks_resumed, c.advice_ladder_blocks);
     if (request->advice.branch_blocks > 0) {
       c.counters.set_branch_points_advised(c.counters.branch_points_advised() +
                                            1);
@@ -197,6 +198,8 @@ absl::Status Admit(OperationContext& c, absl::string_view id,
         static_cast<int32_t>(request->advice.branch_blocks));
     result->set_continuation_blocks(
         static_cast<int32_t>(request->advice.continuation_blocks));
+    result->set_ladder_blocks(
+        static_cast<int32_t>(request->advice.ladder_blocks));
   }
   session.held_slots += static_cast<int64_t>(request->slots.size());
   session.NameNext(request.get());
@@ -312,20 +315,21 @@ absl::Status Checkpoint(OperationContext& c, absl::string_view id,
                    c.memory.pool().transfer().forks() &&
                    !request->slots.empty();
     if (continuation && request->continuation_hash != op.hash()) {
-      ASSIGN_OR_RETURN(const bool dropped,
-                       ReplaceContinuation(c, *request, -1, -1));
-      // A decode boundary whose predecessor a shortage already spent would
-      // spend another checkpoint in turn, at every boundary of the reply:
-      // it takes a vacant slot or none (not kept; nothing was spent, so
-      // nothing counts as dropped).
-      if (!dropped &&
-          position > request->advice.continuation_blocks * block_size &&
+      // A decode boundary takes the slot its predecessor gives back, or a
+      // vacant one, or none (not kept, the predecessor kept; nothing was
+      // wanted, so nothing counts as dropped): spending another checkpoint
+      // for it would spend one at every boundary of a reply whose
+      // predecessor a shortage took, or that a reader still pins.
+      if (position > request->advice.continuation_blocks * block_size &&
+          !c.memory.SupersedeVacates(request->continuation_hash,
+                                     request->continuation_slot) &&
           c.memory.pool().GetOccupancy().vacant == 0) {
         result->set_state_slot(request->slots[0]);
         result->set_fork_src(-1);
         result->set_kept(false);
         return absl::OkStatus();
       }
+      RETURN_IF_ERROR(ReplaceContinuation(c, *request, -1, -1).status());
     }
   }
   ASSIGN_OR_RETURN(CheckpointOutcome forked,

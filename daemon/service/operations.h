@@ -62,6 +62,7 @@ struct OperationContext {
   // The daemon's branch-point table, or null when it gives no placement
   // advice. Read and fed only by advised sessions' admissions.
   BranchPoints* branch_points = nullptr;
+  int64_t advice_ladder_blocks = 0;
 };
 
 // One message of each operation kind and its result, which a packed Step's

@@ -90,6 +90,16 @@ absl::Status StateCache::ValidateOptions(const StateCacheOptions& options) {
   if (options.identity.num_spec() < 0) {
     return absl::InvalidArgumentError("num_spec must be >= 0");
   }
+  if (options.pool_observer != nullptr && options.eviction != Eviction::kLru) {
+    return absl::InvalidArgumentError(
+        "a pool traced by a pool_observer must use LRU eviction (the trace "
+        "format replays the reference's rule)");
+  }
+  if (options.advice_ladder_blocks < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("advice_ladder_blocks must be >= 0, got ",
+                     options.advice_ladder_blocks));
+  }
   if (options.branch_point_blocks < 2) {
     return absl::InvalidArgumentError(absl::StrCat(
         "branch_point_blocks must be >= 2, got ", options.branch_point_blocks));
@@ -108,6 +118,7 @@ absl::StatusOr<std::unique_ptr<StateCache>> StateCache::Create(
     RETURN_IF_ERROR(memory.ResizeHostTier(options.host_tier_bytes));
   }
   memory.SetPoolObserver(options.pool_observer);
+  memory.SetEviction(options.eviction);
   return std::unique_ptr<StateCache>(
       new StateCache(std::move(options), std::move(memory)));
 }
@@ -279,6 +290,7 @@ absl::Status StateCache::Attach(const v1::AttachRequest& request,
   if (memory_.device() != nullptr) FillMemory(response->mutable_memory());
   session.advised = request.advise_placement() && options_.advise_placement;
   response->set_placement_advised(session.advised);
+  response->set_eviction(EvictionName(options_.eviction));
   if (session.advised && !branch_points_.has_value()) {
     branch_points_.emplace(options_.branch_point_blocks);
   }
@@ -426,7 +438,8 @@ void StateCache::RunOperations(Session& session, const v1::StepRequest& request,
       .max_slots_per_session = options_.max_slots_per_session,
       .shrink = resize_.get(),
       .resize_observers = resize_observers_,
-      .branch_points = branch_points_.has_value() ? &*branch_points_ : nullptr};
+      .branch_points = branch_points_.has_value() ? &*branch_points_ : nullptr,
+      .advice_ladder_blocks = options_.advice_ladder_blocks};
   OperationTiming* const timing = timing_ ? &*timing_ : nullptr;
   for (int i = 0; i < n; ++i) {
     v1::Operation::KindCase kind;

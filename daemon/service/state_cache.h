@@ -100,7 +100,13 @@ struct StateCacheOptions {
   // (BranchPoints). Off: a session that asks is told placement_advised
   // false, and every decision is the reference pool's.
   bool advise_placement = true;
+  // Which checkpoint a shortage spends (SlotPool's Eviction); kLru is the
+  // reference's. Not with a pool_observer (Create refuses it).
+  Eviction eviction = Eviction::kLru;
   int64_t branch_point_blocks = int64_t{1} << 20;
+  // Advise a ladder of guesses this many blocks apart while the pool has
+  // vacant slots for it (AdmitResult.ladder_blocks); 0: never.
+  int64_t advice_ladder_blocks = 16;
   // How long the slots of a session that lapsed or was evicted are fenced
   // before anyone else gets them (its hung engine's forward may still be
   // writing them); zero releases them at once, as a detach does.
