@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""bench/e2e: statecache end to end on a fixed agentic workload.
+"""bench/e2e: statecache end to end on a fixed agentic workload, and
+checkpoint placement on every workload shape.
 
     /usr/bin/python3 bench/e2e/run.py [--build build] [--out build/e2e]
     bench/e2e/run.py --quick           (a tiny configuration: the smoke test)
@@ -19,7 +20,9 @@ One command (bench/e2e/README.md says how to read what it prints):
     the prefill tokens saved (and their share of the prompt tokens), the
     checkpoint fates, the daemon's step p50/p99, the in-process p50 and the
     daemon / in-process p50 ratio; and a check line: the daemon's hit ratio
-    equals the in-process core's in every row (exit status 3 if not);
+    equals the in-process core's in every row (exit status 3 if not); then
+    the host tier: the statecache policy at the highest concurrency per
+    pool on a daemon with state memory, the tier off, 1x and 4x the pool;
  4. drives the same workload through the Python package: the loadgen's run
     at concurrency 4 (policy statecache, the middle pool) is recorded
     (--record), then replayed on a fresh daemon each through the C++ client
@@ -33,17 +36,30 @@ One command (bench/e2e/README.md says how to read what it prints):
     to build its pass; the Python package; gRPC Python's call alone),
     medians of --reps interleaved runs, each on a fresh daemon: Python /
     C++ should be <= 2 (p50); and where Python's time goes;
- 5. writes, to --out: table.txt (everything printed), table.json (every
-    figure, the loadgen's and the replays' JSON), and hit_ratio.png (the hit
+ 5. runs the chart's in-process sweep (--sweep pool sizes, no daemon);
+ 6. checkpoint placement per workload shape (SHAPES: agentic, fan-out,
+    long-replies, mix, each cut down to seconds per run, at three pools
+    poor, middling and saturated for it; --shapes picks): at concurrency 16
+    every loadgen policy (SHAPE_POLICIES, then any other statecache-loadgen
+    lists; --shape-policies names them instead), each on a daemon of its
+    own and in-process, and statecache again with a host tier 4x the pool
+    (--in_process=false), two runs at a time; prints the prefill tokens
+    each saves, the best baseline (none, prompt-end, junction, every-block)
+    and each other policy's ratio to it, and a check line: daemon and
+    in-process core decided identically in every run (exit status 3 if not);
+ 7. writes, to --out: table.txt (everything printed), table.json (every
+    figure, the loadgen's and the replays' JSON), hit_ratio.png (the hit
     ratio against pool size, one line per policy, at concurrency 16 and 4:
     the table's pool sizes measured against the daemon, and in between
-    through the core in-process, --sweep).
+    through the core in-process) and shape_<name>.png per shape (tokens
+    saved per policy at its pools, grouped bars).
 
-Runs in about 2-2.5 minutes on the 2-core development VM while other builds
-run (120-149 s; the 27 loadgen runs are 86-103 s of it); --quick in ~15 s. Exit status: 0; 1 a run failed; 2 usage or
-missing binaries; 3 a hit ratio or a replayed result differed.
+Runs in about TIME on the 2-core development VM (SHAPESTIME of it the
+shapes' NRUNS runs); --quick in ~QUICK s. Exit status: 0; 1 a run failed;
+2 usage or missing binaries; 3 a hit ratio, a decision or a replayed result
+differed.
 
-Standard library, numpy-free; matplotlib for the chart (Agg); the Python
+Standard library, numpy-free; matplotlib for the charts (Agg); the Python
 package from --build's python/ directory.
 """
 
@@ -388,7 +404,8 @@ def tier_run(Daemon, sd, lg, workload, layout, tmp, pool,  # noqa: N803
                 lg, ["--workload=" + workload, "--address=" + d.address,
                      "--policy=" + policy, "--in_process=false",
                      "--concurrency=%d" % concurrency] + loadgen_flags,
-                "%s, host tier %dx, pool %d" % (policy, factor, pool))
+                "%s (%s, host tier %dx, pool %d)" % (name, policy, factor,
+                                                      pool))
             stats = client.admin.stats()
         port = re.search(r"metrics on http://\S+:(\d+)/", d.log())[1]
         text = urllib.request.urlopen(
@@ -580,8 +597,8 @@ def print_shapes_table(out, shapes, policies, tier_policies):
     ratios = [c for c in columns if c not in BASELINES]
     widths = [max(11, len(c)) for c in columns]
     rwidths = [max(6, len(c) + 2) for c in ratios]
-    head = "%-12s %5s  %s  %-11s  %s" % (
-        "shape", "slots",
+    head = "%-12s %5s %11s  %s  %-11s  %s" % (
+        "shape", "slots", "asked",
         " ".join("%*s" % (w, c) for w, c in zip(widths, columns)),
         "best", " ".join("%*s" % (w, c + " x") for w, c in
                          zip(rwidths, ratios)))
@@ -589,8 +606,9 @@ def print_shapes_table(out, shapes, policies, tier_policies):
     out("-" * len(head))
     for s in shapes:
         for r in s["rows"]:
-            out("%-12s %5d  %s  %-11s  %s" % (
+            out("%-12s %5d %11s  %s  %-11s  %s" % (
                 s["shape"], r["pool"],
+                "{:,}".format(max(r["asked"].values())),
                 " ".join("%*s" % (w, "{:,}".format(r["saved"][c]))
                          for w, c in zip(widths, columns)),
                 r["best_baseline"] or "-",
@@ -628,6 +646,11 @@ def write_shape_chart(path, shape, policies, tier_policies):
         ax.bar(xs, [r["saved"][c] / 1e3 for r in rows], width,
                color=colours[c], hatch="//" if c.endswith("+tier") else None,
                edgecolor="white", label=c)
+    ax.hlines([max(r["asked"].values()) / 1e3 for r in rows],
+              [g - 0.45 for g in range(len(rows))],
+              [g + 0.45 for g in range(len(rows))], colors="black",
+              linestyles="dashed", linewidth=1,
+              label="asked (the KV cache's prefix hits)")
     labels = []
     for r in rows:
         text = "%d slots" % r["pool"]
