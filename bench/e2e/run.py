@@ -54,10 +54,10 @@ One command (bench/e2e/README.md says how to read what it prints):
     through the core in-process) and shape_<name>.png per shape (tokens
     saved per policy at its pools, grouped bars).
 
-Runs in about TIME on the 2-core development VM (SHAPESTIME of it the
-shapes' NRUNS runs); --quick in ~QUICK s. Exit status: 0; 1 a run failed;
-2 usage or missing binaries; 3 a hit ratio, a decision or a replayed result
-differed.
+Runs in about 3 minutes on the 2-core development VM (171-183 s; the
+shapes' 60 loadgen runs 81-86 s of it); --quick in ~20 s. Exit status: 0;
+1 a run failed; 2 usage or missing binaries; 3 a hit ratio, a decision or
+a replayed result differed.
 
 Standard library, numpy-free; matplotlib for the charts (Agg); the Python
 package from --build's python/ directory.
