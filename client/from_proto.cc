@@ -32,12 +32,17 @@ absl::StatusOr<OperationResult> FromProto(const v1::OperationResult& r) {
           .slots = std::vector<int64_t>(a.slots().begin(), a.slots().end()),
           .fork_src = a.fork_src(),
           .blocks_resumed = a.blocks_resumed(),
-          .adopted = a.adopted()};
+          .adopted = a.adopted(),
+          .from_tier = a.from_tier(),
+          .branch_blocks = a.branch_blocks(),
+          .continuation_blocks = a.continuation_blocks()};
     }
     case v1::OperationResult::kResumableHit:
-      return ResumableHitResult{.blocks = r.resumable_hit().blocks()};
+      return ResumableHitResult{.blocks = r.resumable_hit().blocks(),
+                                .tier_blocks = r.resumable_hit().tier_blocks()};
     case v1::OperationResult::kLookup:
-      return LookupResult{.slot = r.lookup().slot()};
+      return LookupResult{.slot = r.lookup().slot(),
+                          .in_tier = r.lookup().in_tier()};
     case v1::OperationResult::kReserve: {
       ReserveResult out;
       out.reservations.reserve(r.reserve().reservations_size());

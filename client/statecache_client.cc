@@ -586,7 +586,8 @@ Client::~Client() = default;
 const std::string& Client::address() const { return impl_->address; }
 
 absl::StatusOr<SessionInfo> Client::Attach(const ModelIdentity& identity,
-                                           std::string_view client_name) {
+                                           std::string_view client_name,
+                                           const AttachOptions& options) {
   Impl& impl = *impl_;
   {
     absl::MutexLock lock(&impl.mu);
@@ -602,6 +603,7 @@ absl::StatusOr<SessionInfo> Client::Attach(const ModelIdentity& identity,
   v1::AttachRequest request;
   ToProto(identity, request.mutable_identity());
   request.set_client_name(std::string(client_name));
+  request.set_advise_placement(options.advise_placement);
   v1::AttachResponse response;
   grpc::ClientContext context;
   impl.SetDeadline(context);
@@ -620,6 +622,7 @@ absl::StatusOr<SessionInfo> Client::Attach(const ModelIdentity& identity,
       .max_operations_per_step = response.max_operations_per_step(),
       .max_hashes_per_step = response.max_hashes_per_step(),
       .handle = response.handle(),
+      .placement_advised = response.placement_advised(),
       .state_memory = response.has_memory()
                           ? response.memory().SerializeAsString()
                           : std::string()};

@@ -121,6 +121,17 @@ struct ClientOptions {
 // The model's identity; every field must equal the daemon's configuration.
 // (Every member has an initializer so designated initializers may omit any
 // without -Wmissing-field-initializers.)
+// How to attach.
+struct AttachOptions {
+  // Ask for placement advice: each AdmitResult then says where the
+  // request's checkpoints go (branch_blocks, continuation_blocks), and a
+  // scheduler that checkpoints exactly there needs no placement rule of
+  // its own (client/README.md, "Placement advice"; the contract is
+  // AttachRequest.advise_placement in statecache.proto).
+  // SessionInfo::placement_advised says whether the daemon gives it.
+  bool advise_placement = false;
+};
+
 // What Attach returns.
 struct SessionInfo {
   std::string session_id;
@@ -134,6 +145,8 @@ struct SessionInfo {
   int64_t max_hashes_per_step = 0;
   // What operators and the daemon's log call the session; not a credential.
   std::string handle;
+  // Whether admit results carry placement advice (AttachOptions).
+  bool placement_advised = false;
   // The state memory, as a serialized statecache.v1.StateMemory; empty when
   // the daemon keeps none. RegionFromStateMemory (client/state_memory.h)
   // turns it into the typed view (layout, every placement) that
@@ -159,12 +172,21 @@ struct AdmitResult {
   int64_t fork_src = -1;
   int32_t blocks_resumed = 0;
   bool adopted = false;
+  bool from_tier = false;
+  // Placement advice (an advised session; else 0): checkpoint at this
+  // block boundary (a branch point), and at this one and every boundary
+  // the decode reaches after it (the continuation, each replacing the
+  // last).
+  int32_t branch_blocks = 0;
+  int32_t continuation_blocks = 0;
 };
 struct ResumableHitResult {
   int32_t blocks = 0;
+  int32_t tier_blocks = 0;
 };
 struct LookupResult {
   int64_t slot = -1;
+  bool in_tier = false;
 };
 // A position a forward will pass, to be snapshotted (Reserve's argument).
 struct MidstepPosition {
@@ -365,7 +387,8 @@ class Client {
   // identity differs, the message names the field), INVALID_ARGUMENT
   // (client_name over 256 bytes), UNAVAILABLE (daemon draining).
   absl::StatusOr<SessionInfo> Attach(const ModelIdentity& identity,
-                                     std::string_view client_name);
+                                     std::string_view client_name,
+                                     const AttachOptions& options = {});
   // Closes the session (releasing its requests) and stops renewing.
   // Returns the number of requests released. The session is forgotten even
   // when the call fails. Errors: NOT_FOUND (already expired).

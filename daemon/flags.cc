@@ -143,6 +143,16 @@ ABSL_FLAG(std::string, quarantine, "lease_ttl",
 ABSL_FLAG(int32_t, max_sessions, 1024,
           "Sessions attached at once; an Attach past it is refused "
           "RESOURCE_EXHAUSTED. 0 = no cap.");
+ABSL_FLAG(bool, advise_placement, true,
+          "Give placement advice to sessions that attach asking for it "
+          "(AttachRequest.advise_placement): where each request's "
+          "checkpoints go (a branch point another recent prompt shares, the "
+          "continuation through its reply). Off: such sessions get none, "
+          "and every decision is the reference pool's.");
+ABSL_FLAG(int64_t, branch_point_blocks, int64_t{1} << 20,
+          "Distinct prompt blocks (hashes) the branch-point table of placement "
+          "advice remembers, about 40 bytes each; what no advised prompt "
+          "used for that long is forgotten. At least 2.");
 ABSL_FLAG(int64_t, max_message_bytes, int64_t{16} << 20,
           "Largest gRPC message received or sent.");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(2),
@@ -335,6 +345,8 @@ absl::StatusOr<StateCacheOptions> OptionsFromFlags(const RegionAccess& access) {
   }
   options.max_slots_per_session = absl::GetFlag(FLAGS_max_slots_per_session);
   options.max_sessions = absl::GetFlag(FLAGS_max_sessions);
+  options.advise_placement = absl::GetFlag(FLAGS_advise_placement);
+  options.branch_point_blocks = absl::GetFlag(FLAGS_branch_point_blocks);
   options.max_operations_per_step = absl::GetFlag(FLAGS_max_ops_per_step);
   options.max_hashes_per_step = absl::GetFlag(FLAGS_max_hashes_per_step);
   options.fair_share = absl::GetFlag(FLAGS_fair_share);

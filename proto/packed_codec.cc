@@ -100,6 +100,8 @@ using google::protobuf::RepeatedPtrField;
 // descriptors too.
 #define STATECACHE_PACKED_LATE_FIELDS(X) \
   X(AdmitResult, from_tier)              \
+  X(AdmitResult, branch_blocks)          \
+  X(AdmitResult, continuation_blocks)    \
   X(ResumableHitResult, tier_blocks)     \
   X(LookupResult, in_tier)
 

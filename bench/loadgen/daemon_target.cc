@@ -46,7 +46,8 @@ void AddToBuilder(const PassOp& op, StepBuilder& b) {
 }
 
 absl::StatusOr<std::unique_ptr<DaemonTarget>> DaemonTarget::Create(
-    const std::string& address, const ModelIdentity& identity, bool streamed) {
+    const std::string& address, const ModelIdentity& identity, bool streamed,
+    bool advise_placement) {
   absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(address);
   if (!client.ok()) return client.status();
   std::unique_ptr<DaemonTarget> target(
@@ -54,8 +55,8 @@ absl::StatusOr<std::unique_ptr<DaemonTarget>> DaemonTarget::Create(
   absl::StatusOr<DaemonStats> before = target->client_->GetStats();
   if (!before.ok()) return before.status();
   target->before_ = *before;
-  absl::StatusOr<SessionInfo> session =
-      target->client_->Attach(identity, "statecache-loadgen");
+  absl::StatusOr<SessionInfo> session = target->client_->Attach(
+      identity, "statecache-loadgen", {.advise_placement = advise_placement});
   if (!session.ok()) return session.status();
   target->session_ = *session;
   return target;

@@ -20,12 +20,14 @@ namespace statecache::loadgen {
 
 class DaemonTarget final : public StepTarget {
  public:
-  // Connects to `address` and attaches with `identity`.
+  // Connects to `address` and attaches with `identity`, asking for
+  // placement advice when `advise_placement`.
   // Errors: UNAVAILABLE (nothing answers at `address`); Attach's errors
   // (FAILED_PRECONDITION for an identity the daemon does not serve, naming
   // the field; UNAVAILABLE while it drains).
   static absl::StatusOr<std::unique_ptr<DaemonTarget>> Create(
-      const std::string& address, const ModelIdentity& identity, bool streamed);
+      const std::string& address, const ModelIdentity& identity, bool streamed,
+      bool advise_placement = false);
 
   // What Attach returned: the pool's size, transfer and step limit.
   const SessionInfo& session() const { return session_; }

@@ -81,7 +81,7 @@ void ToProto(const PassOp& op, v1::Operation* out) {
 absl::StatusOr<std::unique_ptr<InProcessTarget>> InProcessTarget::Create(
     const ModelIdentity& identity, int64_t num_slots,
     const TransferConfig& transfer, int32_t max_operations_per_step,
-    bool metrics) {
+    bool metrics, bool advise_placement) {
   absl::StatusOr<TransferKind> kind = ParseTransferKind(transfer.kind);
   if (!kind.ok()) return kind.status();
   absl::StatusOr<StateTransfer> state_transfer = StateTransfer::Create(
@@ -106,6 +106,7 @@ absl::StatusOr<std::unique_ptr<InProcessTarget>> InProcessTarget::Create(
   v1::AttachRequest attach;
   ToProto(identity, attach.mutable_identity());
   attach.set_client_name("statecache-loadgen (in-process)");
+  attach.set_advise_placement(advise_placement);
   v1::AttachResponse attached;
   if (absl::Status st = target->cache_->Attach(attach, &attached); !st.ok()) {
     return st;

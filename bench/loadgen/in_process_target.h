@@ -34,7 +34,7 @@ class InProcessTarget final : public StepTarget {
   static absl::StatusOr<std::unique_ptr<InProcessTarget>> Create(
       const ModelIdentity& identity, int64_t num_slots,
       const TransferConfig& transfer, int32_t max_operations_per_step,
-      bool metrics);
+      bool metrics, bool advise_placement = false);
   ~InProcessTarget() override;
 
   absl::StatusOr<StepResults> Run(const Pass& pass, double* seconds) override;

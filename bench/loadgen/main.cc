@@ -54,7 +54,9 @@ ABSL_FLAG(std::string, workload, "",
 ABSL_FLAG(std::string, address, "",
           "the daemon's address (empty: the daemon's default socket)");
 ABSL_FLAG(std::string, policy, "statecache",
-          "statecache (prompt ends, ladder, midstep), prompt-end (one "
+          "statecache (follow the daemon's placement advice: branch points "
+          "and the continuation through each reply), ladder (prompt ends "
+          "and every --ladder_blocks blocks, midstep), prompt-end (one "
           "checkpoint at each prompt's end), junction (prompt ends and where "
           "a prompt stops matching the KV cache), every-block (every block "
           "boundary of the prompt) or none (never resume)");
@@ -63,7 +65,7 @@ ABSL_FLAG(int64_t, chunk_tokens, 2048,
           "prefill chunk per request per pass (a multiple of the block size)");
 ABSL_FLAG(int64_t, max_batch_tokens, 8192, "tokens one forward may carry");
 ABSL_FLAG(int64_t, ladder_blocks, 16,
-          "policy statecache: a checkpoint every this many blocks of prefill "
+          "policy ladder: a checkpoint every this many blocks of prefill "
           "(0: none)");
 ABSL_FLAG(int64_t, kv_blocks, 8192, "the simulated KV cache's blocks");
 ABSL_FLAG(bool, kv_cache_decode, true,
@@ -213,7 +215,8 @@ int Replay(const std::string& path) {
   std::string address = absl::GetFlag(FLAGS_address);
   if (address.empty()) address = DefaultAddress();
   absl::StatusOr<std::unique_ptr<DaemonTarget>> target = DaemonTarget::Create(
-      address, recorded->identity, absl::GetFlag(FLAGS_stream));
+      address, recorded->identity, absl::GetFlag(FLAGS_stream),
+      recorded->pool.placement_advised);
   if (!target.ok()) {
     return Fail(
         absl::IsUnavailable(target.status()) ? kExitUnreachable : kExitError,
@@ -224,14 +227,17 @@ int Replay(const std::string& path) {
   if (session.num_slots != want.num_slots ||
       session.transfer.kind != want.transfer.kind ||
       session.transfer.fork_tokens != want.transfer.fork_tokens ||
-      session.transfer.readable_midstep != want.transfer.readable_midstep) {
-    std::fprintf(stderr,
-                 "statecache-loadgen: the daemon's pool (%lld slots, transfer "
-                 "%s) is not the record's (%lld slots, transfer %s)\n",
-                 static_cast<long long>(session.num_slots),
-                 session.transfer.kind.c_str(),
-                 static_cast<long long>(want.num_slots),
-                 want.transfer.kind.c_str());
+      session.transfer.readable_midstep != want.transfer.readable_midstep ||
+      session.placement_advised != want.placement_advised) {
+    std::fprintf(
+        stderr,
+        "statecache-loadgen: the daemon's pool (%lld slots, transfer "
+        "%s, placement advice %s) is not the record's (%lld slots, "
+        "transfer %s, placement advice %s)\n",
+        static_cast<long long>(session.num_slots),
+        session.transfer.kind.c_str(), session.placement_advised ? "on" : "off",
+        static_cast<long long>(want.num_slots), want.transfer.kind.c_str(),
+        want.placement_advised ? "on" : "off");
     return kExitUsage;
   }
   if ((*target)->stats_before_attach().requests > 0) {
@@ -450,7 +456,8 @@ int Main(int argc, char** argv) {
               .kind = absl::GetFlag(FLAGS_transfer),
               .fork_tokens = absl::GetFlag(FLAGS_fork_tokens),
               .readable_midstep = absl::GetFlag(FLAGS_readable_midstep)},
-      .max_operations_per_step = 4096};
+      .max_operations_per_step = 4096,
+      .placement_advised = options->policy == Policy::kStateCache};
 
   absl::StatusOr<std::FILE*> record_file =
       OpenRecord(absl::GetFlag(FLAGS_record));
@@ -473,8 +480,9 @@ int Main(int argc, char** argv) {
     std::string address = absl::GetFlag(FLAGS_address);
     if (address.empty()) address = DefaultAddress();
     report.address = address;
-    absl::StatusOr<std::unique_ptr<DaemonTarget>> target =
-        DaemonTarget::Create(address, identity, absl::GetFlag(FLAGS_stream));
+    const bool advise = options->policy == Policy::kStateCache;
+    absl::StatusOr<std::unique_ptr<DaemonTarget>> target = DaemonTarget::Create(
+        address, identity, absl::GetFlag(FLAGS_stream), advise);
     if (!target.ok()) {
       return Fail(
           absl::IsUnavailable(target.status()) ? kExitUnreachable : kExitError,
@@ -484,7 +492,16 @@ int Main(int argc, char** argv) {
     report.pool =
         PoolConfig{.num_slots = session.num_slots,
                    .transfer = session.transfer,
-                   .max_operations_per_step = session.max_operations_per_step};
+                   .max_operations_per_step = session.max_operations_per_step,
+                   .placement_advised = session.placement_advised};
+    if (advise && !session.placement_advised) {
+      return Fail(kExitError,
+                  absl::FailedPreconditionError(
+                      "policy statecache follows the daemon's placement "
+                      "advice, which this daemon does not give (it runs "
+                      "with --advise_placement=false)"),
+                  absl::StrCat("attaching to ", address));
+    }
     if ((*target)->stats_before_attach().requests > 0) {
       std::fprintf(
           stderr,
@@ -511,7 +528,8 @@ int Main(int argc, char** argv) {
         InProcessTarget::Create(identity, report.pool.num_slots,
                                 report.pool.transfer,
                                 report.pool.max_operations_per_step,
-                                absl::GetFlag(FLAGS_in_process_metrics));
+                                absl::GetFlag(FLAGS_in_process_metrics),
+                                options->policy == Policy::kStateCache);
     if (!target.ok()) {
       return Fail(kExitUsage, target.status(), "the in-process core");
     }

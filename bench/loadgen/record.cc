@@ -39,7 +39,8 @@ json RecordHeader(const ModelIdentity& identity, const PoolConfig& pool,
          {{"kind", pool.transfer.kind},
           {"fork_tokens", pool.transfer.fork_tokens},
           {"readable_midstep", pool.transfer.readable_midstep}}},
-        {"max_operations_per_step", pool.max_operations_per_step}}},
+        {"max_operations_per_step", pool.max_operations_per_step},
+        {"placement_advised", pool.placement_advised}}},
       {"run", std::move(run)},
   };
 }
@@ -121,7 +122,9 @@ json ResultJson(const absl::StatusOr<OperationResult>& result) {
                {{"slots", r.slots},
                 {"fork_src", r.fork_src},
                 {"blocks_resumed", r.blocks_resumed},
-                {"adopted", r.adopted}}}};
+                {"adopted", r.adopted},
+                {"branch_blocks", r.branch_blocks},
+                {"continuation_blocks", r.continuation_blocks}}}};
     }
     json operator()(const ResumableHitResult& r) const {
       return {{"resumable_hit", {{"blocks", r.blocks}}}};
@@ -325,8 +328,8 @@ absl::StatusOr<RecordedPasses> ReadRecordedPasses(const std::string& path) {
                                            "fork_tokens", int64_t{0}),
                                        .readable_midstep = transfer.value(
                                            "readable_midstep", false)},
-            .max_operations_per_step =
-                pool.value("max_operations_per_step", 0)};
+            .max_operations_per_step = pool.value("max_operations_per_step", 0),
+            .placement_advised = pool.value("placement_advised", false)};
         out.header = std::move(j);
         continue;
       }

@@ -20,13 +20,14 @@ namespace statecache::loadgen {
 
 absl::StatusOr<Policy> ParsePolicy(absl::string_view name) {
   if (name == "statecache") return Policy::kStateCache;
+  if (name == "ladder") return Policy::kLadder;
   if (name == "none") return Policy::kNone;
   if (name == "prompt-end") return Policy::kPromptEnd;
   if (name == "junction") return Policy::kJunction;
   if (name == "every-block") return Policy::kEveryBlock;
   return absl::InvalidArgumentError(
       absl::StrCat("unknown policy '", name,
-                   "' (statecache, none, prompt-end, junction or "
+                   "' (statecache, ladder, none, prompt-end, junction or "
                    "every-block)"));
 }
 
@@ -34,6 +35,8 @@ absl::string_view PolicyName(Policy policy) {
   switch (policy) {
     case Policy::kStateCache:
       return "statecache";
+    case Policy::kLadder:
+      return "ladder";
     case Policy::kNone:
       return "none";
     case Policy::kPromptEnd:
@@ -160,6 +163,10 @@ struct Request {
   // The next forward including this request reads a fork source.
   bool fork_pending = false;
   bool first_chunk = true;
+  // Placement advice (kStateCache): where the continuation starts, in
+  // blocks (each boundary the decode reaches past it is checkpointed); 0:
+  // none.
+  int64_t continuation_blocks = 0;
   std::vector<int64_t> wanted;  // checkpoint positions (tokens), ascending
   size_t next_wanted = 0;
 
@@ -189,6 +196,7 @@ class Simulation {
         forks_(pool.transfer.kind == "fork"),
         midstep_(forks_ && pool.transfer.readable_midstep &&
                  (options.policy == Policy::kStateCache ||
+                  options.policy == Policy::kLadder ||
                   options.policy == Policy::kEveryBlock)),
         all_known_(options.policy == Policy::kJunction ||
                    options.policy == Policy::kEveryBlock),
@@ -623,8 +631,16 @@ class Simulation {
     // Checkpoint positions past the resume point.
     r.wanted.clear();
     r.next_wanted = 0;
+    r.continuation_blocks = 0;
     if (forks_ && o_.policy != Policy::kNone) {
-      if (o_.policy == Policy::kStateCache && o_.ladder_blocks > 0) {
+      if (o_.policy == Policy::kStateCache) {
+        // The daemon's advice: its branch point, then the continuation
+        // from the prompt's end on (Forward adds the decode boundaries).
+        if (a.branch_blocks * bs_ > r.pos) {
+          r.wanted.push_back(a.branch_blocks * bs_);
+        }
+        r.continuation_blocks = a.continuation_blocks;
+      } else if (o_.policy == Policy::kLadder && o_.ladder_blocks > 0) {
         const int64_t step = o_.ladder_blocks * bs_;
         for (int64_t p = step; p < r.anchor; p += step) {
           if (p > r.pos) r.wanted.push_back(p);
@@ -680,6 +696,7 @@ class Simulation {
       } else {
         done = --r->decode_left == 0;
         if (o_.kv_cache_decode) CacheDecoded(*r);
+        DecodeBoundary(*r);
       }
       if (done) {
         Finish(*r);
@@ -735,6 +752,26 @@ class Simulation {
         static_cast<int64_t>(t.blocks.size() + t.output_blocks.size()));
     for (int64_t b = r.kv_refs; b < full; ++b) kv_.Acquire(KvBlockHash(t, b));
     r.kv_refs = std::max(r.kv_refs, full);
+  }
+
+  // A decode step ran: a request following the daemon's advice
+  // checkpoints its continuation at each block boundary its state reaches
+  // (prompt + the output tokens fed back so far), under the hash of the
+  // block of prompt and reply ending there.
+  void DecodeBoundary(Request& r) {
+    if (r.continuation_blocks == 0 || !forks_) return;
+    const Turn& t = *r.spec;
+    const int64_t computed =
+        t.prompt_tokens + (t.output_tokens - 1 - r.decode_left);
+    if (computed % bs_ != 0) return;
+    const int64_t blocks = computed / bs_;
+    if (blocks <= r.continuation_blocks ||
+        blocks >
+            static_cast<int64_t>(t.blocks.size() + t.output_blocks.size())) {
+      return;
+    }
+    checkpoint_.push_back(Boundary{
+        .request = &r, .blocks = blocks, .hash = KvBlockHash(t, blocks - 1)});
   }
 
   void Finish(Request& r) {

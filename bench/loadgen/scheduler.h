@@ -73,9 +73,14 @@ namespace statecache::loadgen {
 // boundary, the admit's anchor_pos). Positions at or before the point it
 // resumed from are skipped.
 enum class Policy {
-  // The prompt's end and every ladder_blocks-th block boundary of the
-  // prefill: statecache's own placement.
+  // What the daemon advises (a session attached with advise_placement;
+  // AdmitResult.branch_blocks and continuation_blocks): the branch point
+  // it names, the prompt's end, and every block boundary the decode
+  // reaches after it (each continuation checkpoint replacing the last).
   kStateCache,
+  // The prompt's end and every ladder_blocks-th block boundary of the
+  // prefill (guesses): statecache's placement before placement advice.
+  kLadder,
   // No state cache: every prefill from scratch (an engine without prefix
   // caching for the recurrent layers).
   kNone,
@@ -96,7 +101,7 @@ enum class Policy {
   kEveryBlock,
 };
 
-// "statecache", "none", "prompt-end", "junction", "every-block".
+// "statecache", "ladder", "none", "prompt-end", "junction", "every-block".
 // INVALID_ARGUMENT for anything else.
 absl::StatusOr<Policy> ParsePolicy(absl::string_view name);
 absl::string_view PolicyName(Policy policy);
@@ -127,6 +132,8 @@ struct PoolConfig {
   int64_t num_slots = 0;
   TransferConfig transfer;
   int32_t max_operations_per_step = 0;
+  // The session gets placement advice (kStateCache asks for it).
+  bool placement_advised = false;
 };
 
 struct RunResult {

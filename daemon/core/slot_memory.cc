@@ -346,6 +346,17 @@ absl::StatusOr<int32_t> SlotMemory::Unindex(absl::Span<const int64_t> hashes) {
   return static_cast<int32_t>(pool_.Fates().orphaned - before);
 }
 
+absl::StatusOr<bool> SlotMemory::Supersede(int64_t hash, int64_t slot) {
+  RETURN_IF_ERROR(CheckHashes(absl::MakeConstSpan(&hash, 1), "hash"));
+  if (tier_.has_value()) tier_->Erase(hash);
+  ASSIGN_OR_RETURN(const int64_t filed, pool_.Lookup(hash));
+  if (filed < 0 || filed != slot) return false;
+  if (absl::Status st = pool_.Invalidate(slot); !st.ok()) {
+    return Broken(st, "supersede");
+  }
+  return true;
+}
+
 void SlotMemory::ClearIndex() {
   pool_.ClearIndex();
   if (tier_.has_value()) tier_->Clear();

@@ -314,6 +314,15 @@ class SlotMemory {
   // Errors: INVALID_ARGUMENT a negative hash (none dropped).
   absl::StatusOr<int32_t> Unindex(absl::Span<const int64_t> hashes);
   void ClearIndex();
+  // Drops the checkpoint filed under `hash` on `slot`, which a deeper one
+  // of the same request replaces (placement advice's continuation), from
+  // the device's index and the host tier. A slot still pinned keeps its pin
+  // (its reader reads on) and goes vacant, not back to the LRU, when that
+  // ends. Counted as none of the reference's fates. Returns whether the
+  // device still had it there (false, nothing changed on the device: the
+  // hash is filed elsewhere, or was spent, adopted or unindexed since).
+  // Errors: INVALID_ARGUMENT a negative hash.
+  absl::StatusOr<bool> Supersede(int64_t hash, int64_t slot);
 
   // ------------------------------------------------------------ host tier
   //

@@ -1,6 +1,7 @@
 #include "daemon/service/operations.h"
 
 #include <array>
+#include <optional>
 #include <string_view>
 #include <tuple>
 #include <type_traits>
@@ -120,6 +121,25 @@ absl::Status BeginPass(OperationContext& c, absl::string_view,
   return absl::OkStatus();
 }
 
+// Drops `request`'s current continuation checkpoint, if any (counted
+// superseded when the device still had it), and makes (hash, slot) its
+// continuation (-1, -1: none). Returns whether one was dropped.
+absl::StatusOr<bool> ReplaceContinuation(OperationContext& c, Request& request,
+                                         int64_t hash, int64_t slot) {
+  bool dropped = false;
+  if (request.continuation_hash >= 0 && request.continuation_hash != hash) {
+    ASSIGN_OR_RETURN(dropped, c.memory.Supersede(request.continuation_hash,
+                                                 request.continuation_slot));
+    if (dropped) {
+      c.counters.set_checkpoints_superseded(
+          c.counters.checkpoints_superseded() + 1);
+    }
+  }
+  request.continuation_hash = hash;
+  request.continuation_slot = slot;
+  return dropped;
+}
+
 absl::Status Admit(OperationContext& c, absl::string_view id,
                    const v1::Admit& op, v1::AdmitResult* result) {
   RETURN_IF_ERROR(CheckRequestId(id));
@@ -166,6 +186,18 @@ absl::Status Admit(OperationContext& c, absl::string_view id,
   result->set_adopted(admitted.outcome == ResumeOutcome::kAdopt ||
                       admitted.outcome == ResumeOutcome::kTier);
   result->set_from_tier(admitted.outcome == ResumeOutcome::kTier);
+  if (session.advised && c.branch_points != nullptr) {
+    request->advice = AdvisePlacement(*c.branch_points, c.memory, spec,
+                                      admitted.blocks_resumed);
+    if (request->advice.branch_blocks > 0) {
+      c.counters.set_branch_points_advised(c.counters.branch_points_advised() +
+                                           1);
+    }
+    result->set_branch_blocks(
+        static_cast<int32_t>(request->advice.branch_blocks));
+    result->set_continuation_blocks(
+        static_cast<int32_t>(request->advice.continuation_blocks));
+  }
   session.held_slots += static_cast<int64_t>(request->slots.size());
   session.NameNext(request.get());
   session.requests.emplace(request->id, std::move(request));
@@ -218,10 +250,30 @@ absl::Status Reserve(OperationContext& c, absl::string_view id,
 absl::Status Publish(OperationContext& c, absl::string_view id,
                      const v1::Publish& op, v1::PublishResult* result) {
   ASSIGN_OR_RETURN(Request * request, FindRequest(c.session, id));
-  ASSIGN_OR_RETURN(int32_t published,
-                   c.memory.Publish(*request, op.keep_all()));
+  // An advised request's reservations at its advised positions are known;
+  // the deepest at its continuation replaces its previous continuation.
+  bool keep_all = op.keep_all();
+  std::optional<Reservation> continuation;
+  if (c.session.advised) {
+    const int64_t block_size = c.memory.pool().hash_block_size();
+    bool all_advised = !request->reservations.empty();
+    for (const Reservation& r : request->reservations) {
+      all_advised &= IsAdvisedPosition(request->advice, block_size, r.position);
+      if (IsContinuation(request->advice, block_size, r.position) &&
+          (!continuation || r.position > continuation->position)) {
+        continuation = r;
+      }
+    }
+    keep_all |= all_advised;
+  }
+  ASSIGN_OR_RETURN(int32_t published, c.memory.Publish(*request, keep_all));
   c.session.held_slots -= published;
   result->set_published(published);
+  if (continuation) {
+    RETURN_IF_ERROR(
+        ReplaceContinuation(c, *request, continuation->hash, continuation->slot)
+            .status());
+  }
   return absl::OkStatus();
 }
 
@@ -242,13 +294,51 @@ absl::Status Checkpoint(OperationContext& c, absl::string_view id,
   if (c.memory.pool().transfer().forks()) {
     RETURN_IF_ERROR(CheckQuota(c, 1, "checkpoint"));
   }
+  // An advised request's checkpoint at an advised position is known; one
+  // at its continuation replaces the previous one, dropped first so that
+  // its slot can take the fork (SlotMemory::Checkpoint's own checks come
+  // first: a refusal changes nothing).
+  int64_t anchor_pos = op.anchor_pos();
+  bool continuation = false;
+  if (c.session.advised && op.boundary_blocks() >= 0 && op.hash() >= 0 &&
+      anchor_pos >= 0) {
+    const int64_t block_size = c.memory.pool().hash_block_size();
+    const int64_t position = op.boundary_blocks() * block_size;
+    if (anchor_pos == 0 &&
+        IsAdvisedPosition(request->advice, block_size, position)) {
+      anchor_pos = position;
+    }
+    continuation = IsContinuation(request->advice, block_size, position) &&
+                   c.memory.pool().transfer().forks() &&
+                   !request->slots.empty();
+    if (continuation && request->continuation_hash != op.hash()) {
+      ASSIGN_OR_RETURN(const bool dropped,
+                       ReplaceContinuation(c, *request, -1, -1));
+      // A decode boundary whose predecessor a shortage already spent would
+      // spend another checkpoint in turn, at every boundary of the reply:
+      // it takes a vacant slot or none (not kept; nothing was spent, so
+      // nothing counts as dropped).
+      if (!dropped &&
+          position > request->advice.continuation_blocks * block_size &&
+          c.memory.pool().GetOccupancy().vacant == 0) {
+        result->set_state_slot(request->slots[0]);
+        result->set_fork_src(-1);
+        result->set_kept(false);
+        return absl::OkStatus();
+      }
+    }
+  }
   ASSIGN_OR_RETURN(CheckpointOutcome forked,
-                   c.memory.Checkpoint(*request, op.anchor_pos(),
+                   c.memory.Checkpoint(*request, anchor_pos,
                                        op.boundary_blocks(), op.hash()));
   result->set_state_slot(forked.state_slot);
   result->set_fork_src(forked.fork_src);
   result->set_kept(forked.kept);
   if (!forked.kept) return absl::OkStatus();
+  if (continuation) {
+    request->continuation_hash = op.hash();
+    request->continuation_slot = forked.fork_src;
+  }
   // The request reads the checkpoint next; an earlier source stays on the
   // clock (only this request stops reading it).
   if (forked.replaced_fork_src >= 0) {

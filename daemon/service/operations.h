@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "daemon/core/branch_points.h"
 #include "daemon/core/slot_memory.h"
 #include "daemon/service/resize.h"
 #include "daemon/service/session.h"
@@ -58,6 +59,9 @@ struct OperationContext {
   // live slots out of its way (PendingShrink::Advance says why there).
   PendingShrink* shrink = nullptr;
   absl::Span<ResizeObserver* const> resize_observers;
+  // The daemon's branch-point table, or null when it gives no placement
+  // advice. Read and fed only by advised sessions' admissions.
+  BranchPoints* branch_points = nullptr;
 };
 
 // One message of each operation kind and its result, which a packed Step's

@@ -17,6 +17,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/time/time.h"
+#include "daemon/core/placement_advice.h"
 #include "daemon/core/slot_memory.h"
 #include "daemon/core/slot_sort.h"
 #include "daemon/service/peer.h"
@@ -37,6 +38,12 @@ struct Request : SlotHolding {
   // either end, and both null while the request is in no such order.
   Request* named_prev = nullptr;
   Request* named_next = nullptr;
+  // Placement advice (an advised session; else all zero): what its admit
+  // advised, and its current continuation checkpoint (the one a deeper
+  // continuation replaces: hash and slot), or -1.
+  PlacementAdvice advice;
+  int64_t continuation_hash = -1;
+  int64_t continuation_slot = -1;
 };
 
 // A fork-source slot this session pins: how many of the pool's pins on it
@@ -175,6 +182,8 @@ struct Session {
   // Who attached it: every call naming it must come from the same principal.
   Peer owner;
   std::string client_name;
+  // Attached with advise_placement, and the daemon gives advice.
+  bool advised = false;
   absl::Time attached_at;
   absl::Time last_seen;
   absl::flat_hash_map<std::string, std::unique_ptr<Request>> requests;

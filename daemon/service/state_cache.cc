@@ -90,6 +90,10 @@ absl::Status StateCache::ValidateOptions(const StateCacheOptions& options) {
   if (options.identity.num_spec() < 0) {
     return absl::InvalidArgumentError("num_spec must be >= 0");
   }
+  if (options.branch_point_blocks < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "branch_point_blocks must be >= 2, got ", options.branch_point_blocks));
+  }
   return absl::OkStatus();
 }
 
@@ -273,6 +277,11 @@ absl::Status StateCache::Attach(const v1::AttachRequest& request,
   response->set_max_operations_per_step(options_.max_operations_per_step);
   response->set_max_hashes_per_step(options_.max_hashes_per_step);
   if (memory_.device() != nullptr) FillMemory(response->mutable_memory());
+  session.advised = request.advise_placement() && options_.advise_placement;
+  response->set_placement_advised(session.advised);
+  if (session.advised && !branch_points_.has_value()) {
+    branch_points_.emplace(options_.branch_point_blocks);
+  }
   return absl::OkStatus();
 }
 
@@ -416,7 +425,8 @@ void StateCache::RunOperations(Session& session, const v1::StepRequest& request,
       .draining = draining_,
       .max_slots_per_session = options_.max_slots_per_session,
       .shrink = resize_.get(),
-      .resize_observers = resize_observers_};
+      .resize_observers = resize_observers_,
+      .branch_points = branch_points_.has_value() ? &*branch_points_ : nullptr};
   OperationTiming* const timing = timing_ ? &*timing_ : nullptr;
   for (int i = 0; i < n; ++i) {
     v1::Operation::KindCase kind;

@@ -94,6 +94,13 @@ struct StateCacheOptions {
   int64_t max_slots_per_session = 0;
   // Sessions attached at once; 0 = no cap.
   int32_t max_sessions = 0;
+  // Give placement advice to sessions that ask (AttachRequest's
+  // advise_placement), remembering the block hashes of about the last
+  // `branch_point_blocks` distinct prompt blocks they admitted
+  // (BranchPoints). Off: a session that asks is told placement_advised
+  // false, and every decision is the reference pool's.
+  bool advise_placement = true;
+  int64_t branch_point_blocks = int64_t{1} << 20;
   // How long the slots of a session that lapsed or was evicted are fenced
   // before anyone else gets them (its hung engine's forward may still be
   // writing them); zero releases them at once, as a detach does.
@@ -370,6 +377,9 @@ class StateCache {
   std::vector<Fenced> fenced_ ABSL_GUARDED_BY(mu_);
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   ServiceCounters counters_ ABSL_GUARDED_BY(mu_);
+  // Made when the first advised session attaches (so a daemon none asks
+  // for advice spends nothing on it).
+  std::optional<BranchPoints> branch_points_ ABSL_GUARDED_BY(mu_);
   v1::WarmRestartStats warm_restart_ ABSL_GUARDED_BY(mu_);
   uint64_t next_request_seqno_ ABSL_GUARDED_BY(mu_) = 0;
   // Made when some observer first wants operation timings; while none
