@@ -54,8 +54,8 @@ One command (bench/e2e/README.md says how to read what it prints):
     through the core in-process) and shape_<name>.png per shape (tokens
     saved per policy at its pools, grouped bars).
 
-Runs in about 3 minutes on the 2-core development VM (171-183 s; the
-shapes' 60 loadgen runs 81-86 s of it); --quick in ~20 s. Exit status: 0;
+Runs in about 3-3.5 minutes on the 2-core development VM (the shapes'
+72 loadgen runs 87-98 s of it); --quick in ~20 s. Exit status: 0;
 1 a run failed; 2 usage or missing binaries; 3 a hit ratio, a decision or
 a replayed result differed.
 
@@ -97,7 +97,7 @@ DAEMON_FLAGS = ["--metrics_address=127.0.0.1:0"]
 # names them. A new policy needs no change here to be run; add it to
 # SHAPE_POLICIES to fix its column's place, to BASELINES to make it one.
 BASELINES = ("none", "prompt-end", "junction", "every-block")
-SHAPE_POLICIES = BASELINES + ("statecache",)
+SHAPE_POLICIES = BASELINES + ("ladder", "statecache")
 TIER_POLICIES = ("statecache",)  # also run with the host tier on
 SHAPE_TIER_FACTOR = 4  # that tier's room: this many slot images per slot
 SHAPE_CONCURRENCY = 16
@@ -111,7 +111,7 @@ SHAPES = (
     ("fan-out", ["--shape=fan-out", "--seed=1"], (20, 48, 256)),
     ("long-replies", ["--shape=long-replies", "--seed=1", "--sessions=32",
                       "--reply-min-tokens=250", "--reply-max-tokens=2000",
-                      "--max-prompt-tokens=16384"], (20, 40, 256)),
+                      "--max-prompt-tokens=16384"], (20, 32, 256)),
     ("mix", ["--shape=mix", "--seed=1", "--sessions=150",
              "--output-median=16", "--reply-min-tokens=250",
              "--reply-max-tokens=2000", "--max-prompt-tokens=16384"],
