@@ -666,8 +666,10 @@ def write_shape_chart(path, shape, policies, tier_policies):
                  "pool)" % (shape["shape"], SHAPE_CONCURRENCY, w["requests"],
                             "{:,}".format(w["prompt_tokens"]),
                             SHAPE_TIER_FACTOR), fontsize=10)
+    top = max(max(r["asked"].values()) for r in rows) / 1e3
+    ax.set_ylim(0, 1.3 * top if top else 1)  # room for the legend above
     ax.grid(True, axis="y", alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, ncol=4, loc="upper center")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
