@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""bench/e2e: statecache end to end on a fixed agentic workload.
+"""bench/e2e: statecache end to end on a fixed agentic workload, and
+checkpoint placement on every workload shape.
 
     /usr/bin/python3 bench/e2e/run.py [--build build] [--out build/e2e]
     bench/e2e/run.py --quick           (a tiny configuration: the smoke test)
@@ -19,7 +20,9 @@ One command (bench/e2e/README.md says how to read what it prints):
     the prefill tokens saved (and their share of the prompt tokens), the
     checkpoint fates, the daemon's step p50/p99, the in-process p50 and the
     daemon / in-process p50 ratio; and a check line: the daemon's hit ratio
-    equals the in-process core's in every row (exit status 3 if not);
+    equals the in-process core's in every row (exit status 3 if not); then
+    the host tier: the statecache policy at the highest concurrency per
+    pool on a daemon with state memory, the tier off, 1x and 4x the pool;
  4. drives the same workload through the Python package: the loadgen's run
     at concurrency 4 (policy statecache, the middle pool) is recorded
     (--record), then replayed on a fresh daemon each through the C++ client
@@ -33,17 +36,30 @@ One command (bench/e2e/README.md says how to read what it prints):
     to build its pass; the Python package; gRPC Python's call alone),
     medians of --reps interleaved runs, each on a fresh daemon: Python /
     C++ should be <= 2 (p50); and where Python's time goes;
- 5. writes, to --out: table.txt (everything printed), table.json (every
-    figure, the loadgen's and the replays' JSON), and hit_ratio.png (the hit
+ 5. runs the chart's in-process sweep (--sweep pool sizes, no daemon);
+ 6. checkpoint placement per workload shape (SHAPES: agentic, fan-out,
+    long-replies, mix, each cut down to seconds per run, at three pools
+    poor, middling and saturated for it; --shapes picks): at concurrency 16
+    every loadgen policy (SHAPE_POLICIES, then any other statecache-loadgen
+    lists; --shape-policies names them instead), each on a daemon of its
+    own and in-process, and statecache again with a host tier 4x the pool
+    (--in_process=false), two runs at a time; prints the prefill tokens
+    each saves, the best baseline (none, prompt-end, junction, every-block)
+    and each other policy's ratio to it, and a check line: daemon and
+    in-process core decided identically in every run (exit status 3 if not);
+ 7. writes, to --out: table.txt (everything printed), table.json (every
+    figure, the loadgen's and the replays' JSON), hit_ratio.png (the hit
     ratio against pool size, one line per policy, at concurrency 16 and 4:
     the table's pool sizes measured against the daemon, and in between
-    through the core in-process, --sweep).
+    through the core in-process) and shape_<name>.png per shape (tokens
+    saved per policy at its pools, grouped bars).
 
-Runs in about 2-2.5 minutes on the 2-core development VM while other builds
-run (120-149 s; the 27 loadgen runs are 86-103 s of it); --quick in ~15 s. Exit status: 0; 1 a run failed; 2 usage or
-missing binaries; 3 a hit ratio or a replayed result differed.
+Runs in about 3-3.5 minutes on the 2-core development VM (the shapes'
+72 loadgen runs 87-98 s of it); --quick in ~20 s. Exit status: 0;
+1 a run failed; 2 usage or missing binaries; 3 a hit ratio, a decision or
+a replayed result differed.
 
-Standard library, numpy-free; matplotlib for the chart (Agg); the Python
+Standard library, numpy-free; matplotlib for the charts (Agg); the Python
 package from --build's python/ directory.
 """
 
@@ -51,6 +67,7 @@ import argparse
 import concurrent.futures
 import json
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -72,6 +89,49 @@ QUICK_WORKLOAD = ["--seed=1", "--sessions=12", "--agent-types=2",
                   "--max-prompt-tokens=8192", "--system-max-tokens=2048",
                   "--output-median=8", "--output-max=64"]
 DAEMON_FLAGS = ["--metrics_address=127.0.0.1:0"]
+
+# Checkpoint placement per workload shape (section 6). The baselines mirror
+# the engines' own hybrid prefix caches (bench/loadgen/README.md); the
+# policies run are these, in the table's order, then any other policy
+# statecache-loadgen lists (loadgen_policies()), unless --shape-policies
+# names them. A new policy needs no change here to be run; add it to
+# SHAPE_POLICIES to fix its column's place, to BASELINES to make it one.
+BASELINES = ("none", "prompt-end", "junction", "every-block")
+SHAPE_POLICIES = BASELINES + ("ladder", "statecache")
+TIER_POLICIES = ("statecache",)  # also run with the host tier on
+SHAPE_TIER_FACTOR = 4  # that tier's room: this many slot images per slot
+SHAPE_CONCURRENCY = 16
+# Per shape: gen_workload.py's arguments and three pool sizes, poor,
+# middling and saturated for statecache at SHAPE_CONCURRENCY on that
+# workload. The workloads are cut down from the generator's defaults so
+# that each run against a daemon takes seconds (every decoded token is a
+# pass); bench/e2e/README.md says how, and why these pools.
+SHAPES = (
+    ("agentic", WORKLOAD, (20, 40, 256)),
+    ("fan-out", ["--shape=fan-out", "--seed=1"], (20, 48, 256)),
+    ("long-replies", ["--shape=long-replies", "--seed=1", "--sessions=32",
+                      "--reply-min-tokens=250", "--reply-max-tokens=2000",
+                      "--max-prompt-tokens=16384"], (20, 32, 256)),
+    ("mix", ["--shape=mix", "--seed=1", "--sessions=150",
+             "--output-median=16", "--reply-min-tokens=250",
+             "--reply-max-tokens=2000", "--max-prompt-tokens=16384"],
+     (16, 40, 256)),
+)
+QUICK_SHAPES = (
+    ("agentic", QUICK_WORKLOAD, (8, 16, 64)),
+    ("fan-out", ["--shape=fan-out", "--seed=1", "--sessions=24",
+                 "--prefixes=3", "--output-median=8", "--output-max=64"],
+     (8, 16, 64)),
+    ("long-replies", ["--shape=long-replies", "--seed=1", "--sessions=8",
+                      "--system-max-tokens=1024", "--reply-min-tokens=32",
+                      "--reply-max-tokens=128", "--max-prompt-tokens=4096",
+                      "--max-turns=6"], (8, 16, 64)),
+    ("mix", ["--shape=mix", "--seed=1", "--sessions=12",
+             "--system-max-tokens=1024", "--output-median=8",
+             "--output-max=64", "--reply-min-tokens=32",
+             "--reply-max-tokens=128", "--max-prompt-tokens=4096",
+             "--max-turns=6", "--fanout-burst=4"], (8, 16, 64)),
+)
 
 
 class Failure(Exception):
@@ -317,61 +377,76 @@ TIER_LAYOUT = {"format": "statecache-layout/v1", "name": "e2e-tier",
 TIER_FACTORS = ((0, "off"), (1, "1x"), (4, "4x"))
 
 
+def write_tier_layout(tmp):
+    """TIER_LAYOUT as a --layout file in `tmp`; returns its path."""
+    layout = os.path.join(tmp, "tier-layout.json")
+    with open(layout, "w") as f:
+        json.dump(TIER_LAYOUT, f)
+    return layout
+
+
+def tier_run(Daemon, sd, lg, workload, layout, tmp, pool,  # noqa: N803
+             factor, concurrency, loadgen_flags, name, policy="statecache"):
+    """One loadgen run of `policy` (--in_process=false) on a daemon of its
+    own with state memory (`layout`) and a host tier of `factor` times the
+    pool's slot images (0: off); returns its row (the tier table's figures,
+    the loadgen's JSON report under "report")."""
+    import urllib.request
+
+    import statecache
+    flags = ["--num_slots=%d" % pool, "--layout=" + layout] + DAEMON_FLAGS
+    with Daemon(sd, flags, tmp, name=name) as d:
+        with statecache.Client.connect(d.address) as client:
+            image = client.admin.stats().bytes_per_slot
+            if factor:
+                client.admin.resize(host_tier_bytes=factor * pool * image)
+            _, report = loadgen(
+                lg, ["--workload=" + workload, "--address=" + d.address,
+                     "--policy=" + policy, "--in_process=false",
+                     "--concurrency=%d" % concurrency] + loadgen_flags,
+                "%s (%s, host tier %dx, pool %d)" % (name, policy, factor,
+                                                      pool))
+            stats = client.admin.stats()
+        port = re.search(r"metrics on http://\S+:(\d+)/", d.log())[1]
+        text = urllib.request.urlopen(
+            "http://127.0.0.1:%s/metrics" % port).read().decode()
+    seconds = {}
+    for reason in ("demotion", "promotion"):
+        m = re.search(r'^statecache_copy_seconds_total\{reason="%s"\}'
+                      r" (\S+)$" % reason, text, re.M)
+        seconds[reason] = float(m[1]) if m else 0.0
+    r = report["daemon"]
+    return {
+        "pool": pool, "tier_slots": factor * pool, "policy": policy,
+        "hit_ratio": r["hit_ratio"],
+        "saved": r["tokens"]["resumed"],
+        "saved_share": r["tokens"]["saved_share"],
+        "passes": r["passes"],
+        "resumes_tier": stats.resumes_tier,
+        "demotions": stats.host_tier_demotions,
+        "demote_us_per_pass": 1e6 * seconds["demotion"] / max(1, r["passes"]),
+        "promote_us_per_pass": 1e6 * seconds["promotion"]
+        / max(1, r["passes"]),
+        "p50": r["step_latency_us"]["p50"],
+        "report": report,
+    }
+
+
 def tier_runs(Daemon, sd, lg, workload, tmp, pools, concurrency,  # noqa: N803
               loadgen_flags):
     """The statecache policy at `concurrency` per pool size with the host
     tier off, the size of the pool and four times it, each on a daemon of
     its own with state memory; returns one row per run."""
-    import re
-    import urllib.request
-
-    import statecache
-    layout = os.path.join(tmp, "tier-layout.json")
-    with open(layout, "w") as f:
-        json.dump(TIER_LAYOUT, f)
+    layout = write_tier_layout(tmp)
     rows = []
     for pool in pools:
         for factor, name in TIER_FACTORS:
-            flags = ["--num_slots=%d" % pool, "--layout=" + layout] + \
-                DAEMON_FLAGS
-            with Daemon(sd, flags, tmp, name="tier%d-%s" % (pool, name)) as d:
-                with statecache.Client.connect(d.address) as client:
-                    image = client.admin.stats().bytes_per_slot
-                    if factor:
-                        client.admin.resize(
-                            host_tier_bytes=factor * pool * image)
-                    _, report = loadgen(
-                        lg, ["--workload=" + workload,
-                             "--address=" + d.address,
-                             "--policy=statecache", "--in_process=false",
-                             "--concurrency=%d" % concurrency]
-                        + loadgen_flags,
-                        "tier %s, pool %d" % (name, pool))
-                    stats = client.admin.stats()
-                port = re.search(r"metrics on http://\S+:(\d+)/",
-                                 d.log())[1]
-                text = urllib.request.urlopen(
-                    "http://127.0.0.1:%s/metrics" % port).read().decode()
-            seconds = {}
-            for reason in ("demotion", "promotion"):
-                m = re.search(r'^statecache_copy_seconds_total\{reason="%s"\}'
-                              r" (\S+)$" % reason, text, re.M)
-                seconds[reason] = float(m[1]) if m else 0.0
-            r = report["daemon"]
-            rows.append({
-                "pool": pool, "tier": name, "tier_slots": factor * pool,
-                "hit_ratio": r["hit_ratio"],
-                "saved": r["tokens"]["resumed"],
-                "saved_share": r["tokens"]["saved_share"],
-                "passes": r["passes"],
-                "resumes_tier": stats.resumes_tier,
-                "demotions": stats.host_tier_demotions,
-                "demote_us_per_pass": 1e6 * seconds["demotion"]
-                / max(1, r["passes"]),
-                "promote_us_per_pass": 1e6 * seconds["promotion"]
-                / max(1, r["passes"]),
-                "p50": r["step_latency_us"]["p50"],
-            })
+            row = tier_run(Daemon, sd, lg, workload, layout, tmp, pool,
+                           factor, concurrency, loadgen_flags,
+                           "tier%d-%s" % (pool, name))
+            del row["report"]
+            row["tier"] = name
+            rows.append(row)
     return rows
 
 
@@ -392,6 +467,212 @@ def print_tier_table(out, rows):
             r["saved_share"], r["resumes_tier"], r["demotions"],
             r["demote_us_per_pass"], r["promote_us_per_pass"], r["p50"],
             r["p50"] / base[r["pool"]] if base.get(r["pool"]) else 0.0))
+
+
+# ------------------------------------------------------------ shapes
+
+def loadgen_policies(binary):
+    """The policy names statecache-loadgen lists: its usage line's
+    --policy=a|b|... and the names it gives when refusing an unknown one
+    (each in the order given, once); [] if it lists none."""
+    names = []
+    usage = subprocess.run([binary, "--help"], capture_output=True,
+                           text=True, timeout=60)
+    m = re.search(r"--policy=([\w|-]+)", usage.stdout + usage.stderr)
+    if m:
+        names += m[1].split("|")
+    refused = subprocess.run([binary, "--policy=?", "--daemon=false",
+                              "--workload=" + os.devnull],
+                             capture_output=True, text=True, timeout=60)
+    m = re.search(r"unknown policy '\?' \(([^)]*)\)", refused.stderr)
+    if m:
+        names += re.split(r",\s*|\s+or\s+", m[1].strip())
+    listed = []
+    for name in names:
+        if re.fullmatch(r"[a-z][a-z0-9_-]*", name) and name not in listed:
+            listed.append(name)
+    return listed
+
+
+def shape_run(Daemon, sd, lg, workload, tmp, shape, pool,  # noqa: N803
+              policy, loadgen_flags):
+    """One loadgen run (daemon, then in-process) of `policy` on a daemon of
+    its own; returns its report and exit code."""
+    with Daemon(sd, ["--num_slots=%d" % pool] + DAEMON_FLAGS, tmp,
+                name="shape-%s-%d-%s" % (shape, pool, policy)) as d:
+        code, report = loadgen(
+            lg, ["--workload=" + workload, "--address=" + d.address,
+                 "--policy=" + policy,
+                 "--concurrency=%d" % SHAPE_CONCURRENCY] + loadgen_flags,
+            "%s, pool %d, %s" % (shape, pool, policy))
+    return {"exit": code, "report": report}
+
+
+def shape_runs(Daemon, sd, lg, tmp, shapes, policies,  # noqa: N803
+               tier_policies, loadgen_flags):
+    """Section 6: per shape a workload; per shape, pool and policy a loadgen
+    run on a daemon of its own, and per tier policy a run with the host
+    tier on (SHAPE_TIER_FACTOR times the pool), two runs at a time (each
+    its own daemon, and the figures compared are deterministic). Returns
+    one dict per shape: its workload and one row per pool."""
+    layout = write_tier_layout(tmp)
+    workloads = {}
+    for shape, gen_args, _ in shapes:
+        workloads[shape] = os.path.join(tmp, "shape-%s.jsonl" % shape)
+        subprocess.run([sys.executable,
+                        os.path.join(_ROOT, "bench", "workload",
+                                     "gen_workload.py"),
+                        "-o", workloads[shape]] + gen_args,
+                       check=True, timeout=300)
+    jobs = {}
+    with concurrent.futures.ThreadPoolExecutor(2) as pool_exec:
+        for shape, _, pools in shapes:
+            for pool in pools:
+                for policy in policies:
+                    jobs[(shape, pool, policy)] = pool_exec.submit(
+                        shape_run, Daemon, sd, lg, workloads[shape], tmp,
+                        shape, pool, policy, loadgen_flags)
+                for policy in tier_policies:
+                    jobs[(shape, pool, policy + "+tier")] = pool_exec.submit(
+                        tier_run, Daemon, sd, lg, workloads[shape], layout,
+                        tmp, pool, SHAPE_TIER_FACTOR, SHAPE_CONCURRENCY,
+                        loadgen_flags, "shape-%s-%d-%s-tier" % (
+                            shape, pool, policy), policy)
+        try:
+            done = {key: job.result() for key, job in jobs.items()}
+        except BaseException:
+            pool_exec.shutdown(cancel_futures=True)
+            raise
+    result = []
+    for shape, gen_args, pools in shapes:
+        rows = []
+        for pool in pools:
+            runs = {p: done[(shape, pool, p)] for p in policies}
+            tier = {p: done[(shape, pool, p + "+tier")]
+                    for p in tier_policies}
+            rows.append(shape_row(pool, runs, tier))
+        result.append({"shape": shape, "workload_args": gen_args,
+                       "workload": workload_summary(workloads[shape]),
+                       "pools": list(pools), "rows": rows})
+    return result
+
+
+def shape_row(pool, runs, tier):
+    """One pool of one shape: each policy's tokens saved, the tier runs',
+    the best baseline and every other policy's ratio to it."""
+    saved = {p: r["report"]["daemon"]["tokens"]["resumed"]
+             for p, r in runs.items()}
+    saved.update({p + "+tier": t["saved"] for p, t in tier.items()})
+    baselines = [p for p in runs if p in BASELINES]
+    best = max(baselines, key=lambda p: saved[p]) if baselines else None
+    ratio = {}
+    for p in saved:
+        if p not in BASELINES and best is not None and saved[best] > 0:
+            ratio[p] = saved[p] / saved[best]
+    return {
+        "pool": pool,
+        "saved": saved,
+        "asked": {p: r["report"]["daemon"]["tokens"]["asked"]
+                  for p, r in runs.items()},
+        "hit_ratio": {p: r["report"]["daemon"]["hit_ratio"]
+                      for p, r in runs.items()},
+        "identical": {p: r["exit"] == 0
+                      and r["report"]["identical"]["hit_ratio"]
+                      and r["report"]["identical"]["decisions"]
+                      for p, r in runs.items()},
+        "tier": {p: {k: v for k, v in t.items() if k != "report"}
+                 for p, t in tier.items()},
+        "best_baseline": best,
+        "ratio_to_best": ratio,
+        "reports": dict({p: r["report"] for p, r in runs.items()},
+                        **{p + "+tier": t["report"]
+                           for p, t in tier.items()}),
+    }
+
+
+def print_shapes_table(out, shapes, policies, tier_policies):
+    """One row per shape and pool: tokens saved per policy (and tier
+    policy), the best baseline, and each other policy's ratio to it."""
+    columns = list(policies) + [p + "+tier" for p in tier_policies]
+    ratios = [c for c in columns if c not in BASELINES]
+    widths = [max(11, len(c)) for c in columns]
+    rwidths = [max(6, len(c) + 2) for c in ratios]
+    head = "%-12s %5s %11s  %s  %-11s  %s" % (
+        "shape", "slots", "asked",
+        " ".join("%*s" % (w, c) for w, c in zip(widths, columns)),
+        "best", " ".join("%*s" % (w, c + " x") for w, c in
+                         zip(rwidths, ratios)))
+    out(head)
+    out("-" * len(head))
+    for s in shapes:
+        for r in s["rows"]:
+            out("%-12s %5d %11s  %s  %-11s  %s" % (
+                s["shape"], r["pool"],
+                "{:,}".format(max(r["asked"].values())),
+                " ".join("%*s" % (w, "{:,}".format(r["saved"][c]))
+                         for w, c in zip(widths, columns)),
+                r["best_baseline"] or "-",
+                " ".join("%*s" % (w, "%.3f" % r["ratio_to_best"][c]
+                                  if c in r["ratio_to_best"] else "-")
+                         for w, c in zip(rwidths, ratios))))
+
+
+SHAPE_COLOURS = {"none": "tab:grey", "prompt-end": "tab:orange",
+                 "junction": "tab:green", "every-block": "tab:red",
+                 "statecache": "tab:blue"}
+
+
+def write_shape_chart(path, shape, policies, tier_policies):
+    """Tokens saved per policy (and tier policy) at the shape's pools,
+    grouped bars; under each group, the ratios to the best baseline."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    columns = list(policies) + [p + "+tier" for p in tier_policies]
+    others = iter(("tab:purple", "tab:brown", "tab:pink", "tab:olive",
+                   "tab:cyan"))
+    colours = {}
+    for c in columns:
+        base = c[:-len("+tier")] if c.endswith("+tier") else c
+        if base not in colours:
+            colours[base] = SHAPE_COLOURS.get(base) or next(others, "black")
+        colours[c] = colours[base]
+    rows = shape["rows"]
+    fig, ax = plt.subplots(figsize=(9, 5), dpi=110)
+    width = 0.8 / len(columns)
+    for i, c in enumerate(columns):
+        xs = [g + (i - (len(columns) - 1) / 2) * width
+              for g in range(len(rows))]
+        ax.bar(xs, [r["saved"][c] / 1e3 for r in rows], width,
+               color=colours[c], hatch="//" if c.endswith("+tier") else None,
+               edgecolor="white", label=c)
+    ax.hlines([max(r["asked"].values()) / 1e3 for r in rows],
+              [g - 0.45 for g in range(len(rows))],
+              [g + 0.45 for g in range(len(rows))], colors="black",
+              linestyles="dashed", linewidth=1,
+              label="asked (the KV cache's prefix hits)")
+    labels = []
+    for r in rows:
+        text = "%d slots" % r["pool"]
+        for c, v in r["ratio_to_best"].items():
+            text += "\n%s / %s: %.2f" % (c, r["best_baseline"], v)
+        labels.append(text)
+    ax.set_xticks(range(len(rows)))
+    ax.set_xticklabels(labels, fontsize=8)
+    ax.set_ylabel("prefill tokens saved (thousands)")
+    w = shape["workload"]
+    ax.set_title("%s: tokens saved per checkpoint policy, concurrency %d\n"
+                 "(%d requests, %s prompt tokens; +tier: host tier %dx the "
+                 "pool)" % (shape["shape"], SHAPE_CONCURRENCY, w["requests"],
+                            "{:,}".format(w["prompt_tokens"]),
+                            SHAPE_TIER_FACTOR), fontsize=10)
+    top = max(max(r["asked"].values()) for r in rows) / 1e3
+    ax.set_ylim(0, 1.3 * top if top else 1)  # room for the legend above
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=8, ncol=4, loc="upper center")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
 
 
 def main():
@@ -424,9 +705,16 @@ def main():
                         help="256-operation passes per run (50 warm-up)")
     parser.add_argument("--reps", type=int, default=3,
                         help="runs of each client on the 256-op passes")
+    parser.add_argument("--shapes", default=",".join(s[0] for s in SHAPES),
+                        help="the workload shapes of the checkpoint "
+                        "placement section (empty: none)")
+    parser.add_argument("--shape-policies",
+                        help="the policies that section runs, passed to "
+                        "statecache-loadgen as given (default: %s and any "
+                        "other it lists)" % ",".join(SHAPE_POLICIES))
     parser.add_argument("--quick", action="store_true",
-                        help="a tiny workload, pools 8,16,64, few 256-op "
-                        "passes: the smoke test (~15 s)")
+                        help="tiny workloads, pools 8,16,64, few 256-op "
+                        "passes: the smoke test (~25 s)")
     parser.add_argument("--keep", action="store_true",
                         help="keep the temporary directory (workload, "
                         "records, daemon logs) and say where")
@@ -434,8 +722,10 @@ def main():
     started = time.monotonic()
 
     workload_args = WORKLOAD
+    shapes = SHAPES
     if args.quick:
         workload_args = QUICK_WORKLOAD
+        shapes = QUICK_SHAPES
         if args.pools == "20,40,256":
             args.pools = "8,16,64"
         args.sweep = "12,32"
@@ -446,6 +736,11 @@ def main():
     policies = parse_list(args.policies, str)
     python_pool = args.python_pool or pools[len(pools) // 2]
     out_dir = args.out or os.path.join(args.build, "e2e")
+    known = [s[0] for s in shapes]
+    wanted = parse_list(args.shapes, str)
+    if any(name not in known for name in wanted):
+        parser.error("--shapes: one of %s" % ",".join(known))
+    shapes = [s for s in shapes if s[0] in wanted]
     bad = [p for p in policies if p not in POLICIES]
     if bad or "statecache" not in policies or python_pool not in pools or (
             args.python_concurrency not in concurrencies):
@@ -481,8 +776,8 @@ def main():
         for name, path in binaries.items():
             binaries[name] = shutil.copy2(path, os.path.join(tmp, name))
         return run(args, tmp, out_dir, binaries, workload_args, pools,
-                   concurrencies, policies, python_pool, replay, Daemon,
-                   started)
+                   concurrencies, policies, shapes, python_pool, replay,
+                   Daemon, started)
     except Failure as e:
         print("run.py: %s" % e, file=sys.stderr)
         return 1
@@ -495,7 +790,7 @@ def main():
 
 
 def run(args, tmp, out_dir, binaries, workload_args, pools, concurrencies,
-        policies, python_pool, replay, Daemon, started):
+        policies, shapes, python_pool, replay, Daemon, started):
     out = Out()
     lg = binaries["statecache-loadgen"]
     sd = binaries["statecached"]
@@ -782,23 +1077,82 @@ def run(args, tmp, out_dir, binaries, workload_args, pools, concurrencies,
                        == r["hit_ratio"] for r in rows
                        if (r["policy"], r["concurrency"], r["pool"]) in sweep)
 
+    # 6. Checkpoint placement per workload shape: every policy at three
+    # pools per shape, a daemon per run, two at a time.
+    t = time.monotonic()
+    if args.shape_policies is not None:
+        shape_policies = parse_list(args.shape_policies, str)
+        listed = []
+    else:
+        listed = [p for p in loadgen_policies(lg) if p not in SHAPE_POLICIES]
+        shape_policies = list(SHAPE_POLICIES) + listed
+    tier_policies = [p for p in TIER_POLICIES if p in shape_policies]
+    shape_results = shape_runs(Daemon, sd, lg, tmp, shapes, shape_policies,
+                               tier_policies, args.loadgen_flag)
+    timings["shapes"] = time.monotonic() - t
+    shape_checked = [(s["shape"], r["pool"], p, ok) for s in shape_results
+                     for r in s["rows"] for p, ok in r["identical"].items()]
+    shapes_ok = all(ok for _, _, _, ok in shape_checked)
+    if shapes:
+        out("Checkpoint placement per workload shape: prefill tokens saved "
+            "(resumed from a checkpoint) by each loadgen policy at "
+            "concurrency %d, a daemon of its own per run (each also run "
+            "in-process); %s+tier = the same policy on a daemon with state "
+            "memory (%s) and a host tier %dx the pool, --in_process=false; "
+            "best = the baseline (%s) that saves the most; x = tokens saved "
+            "/ best's." % (SHAPE_CONCURRENCY, "/".join(tier_policies),
+                           TIER_LAYOUT["name"], SHAPE_TIER_FACTOR,
+                           ", ".join(p for p in shape_policies
+                                     if p in BASELINES)))
+        out("policies: %s%s" % (", ".join(shape_policies), "".join(
+            "; %s as statecache-loadgen lists it" % p for p in listed)))
+        for shape in shape_results:
+            w = shape["workload"]
+            out("  %-12s gen_workload.py %s: %d sessions, %d requests, %s "
+                "prompt / %s output tokens; pools %s" % (
+                    shape["shape"], " ".join(shape["workload_args"]),
+                    w["sessions"], w["requests"],
+                    "{:,}".format(w["prompt_tokens"]),
+                    "{:,}".format(w["output_tokens"]),
+                    "/".join(map(str, shape["pools"]))))
+        out("")
+        print_shapes_table(out, shape_results, shape_policies, tier_policies)
+        out("")
+        out("check: daemon == in-process core (hit ratio and the digest of "
+            "every answer) in %d/%d shape runs: %s" % (
+                sum(ok for _, _, _, ok in shape_checked), len(shape_checked),
+                "OK" if shapes_ok else "FAILED"))
+        for shape, pool, policy, ok in shape_checked:
+            if not ok:
+                out("  differs: %s, pool %d, %s" % (shape, pool, policy))
+        out("")
+
     os.makedirs(out_dir, exist_ok=True)
     chart = os.path.join(out_dir, "hit_ratio.png")
+    shape_charts = [os.path.join(out_dir, "shape_%s.png" % s["shape"])
+                    for s in shape_results]
     try:
         write_chart(chart, sweep, rows, pools, sorted(set(chart_conc)))
+        for path, shape in zip(shape_charts, shape_results):
+            write_shape_chart(path, shape, shape_policies, tier_policies)
     except ImportError as e:
         chart = "none (%s: apt-get install python3-matplotlib)" % e
+        shape_charts = []
     total = time.monotonic() - started
     out("chart: %s (hit ratio vs pool size at concurrency %s; lines: the "
         "in-process sweep over %s slots, which agrees with the daemon at "
         "the table's pools: %s)" % (
             chart, " and ".join(map(str, sorted(set(chart_conc)))),
             ",".join(map(str, sweep_pools)), "yes" if sweep_agrees else "NO"))
+    if shape_charts:
+        out("charts: %s (tokens saved per policy at each shape's pools)"
+            % ", ".join(shape_charts))
     out("time: %.0f s in all (workload %.1f s, loadgen runs %.0f s, "
         "host tier %.0f s, replays %.0f s, 256-op passes %.0f s, sweep "
-        "%.0f s)" % (
+        "%.0f s, shapes %.0f s)" % (
             total, timings["workload"], timings["loadgen"], timings["tier"],
-            timings["replay"], timings["passes256"], timings["sweep"]))
+            timings["replay"], timings["passes256"], timings["sweep"],
+            timings["shapes"]))
 
     result = {
         "workload": w,
@@ -828,15 +1182,28 @@ def run(args, tmp, out_dir, binaries, workload_args, pools, concurrencies,
                                  for r in reps]),
         "sweep": [{"policy": k[0], "concurrency": k[1], "pool": k[2],
                    "hit_ratio": v} for k, v in sorted(sweep.items())],
+        "shapes": {"concurrency": SHAPE_CONCURRENCY,
+                   "policies": shape_policies, "listed_by_loadgen": listed,
+                   "baselines": [p for p in shape_policies
+                                 if p in BASELINES],
+                   "tier_policies": tier_policies,
+                   "tier_factor": SHAPE_TIER_FACTOR,
+                   "tier_layout": TIER_LAYOUT["name"],
+                   "shapes": shape_results,
+                   "check": {"runs": len(shape_checked),
+                             "identical": sum(ok for _, _, _, ok
+                                              in shape_checked),
+                             "ok": shapes_ok}},
         "loadgen_reports": runs,
         "timings_s": dict(timings, total=total),
-        "ok": check_ok and replay_ok and sweep_agrees,
+        "ok": check_ok and replay_ok and sweep_agrees and shapes_ok,
     }
     with open(os.path.join(out_dir, "table.json"), "w") as f:
         json.dump(result, f, indent=1)
     with open(os.path.join(out_dir, "table.txt"), "w") as f:
         f.write("\n".join(out.lines) + "\n")
-    print("wrote %s/table.txt, table.json, hit_ratio.png" % out_dir)
+    print("wrote %s/table.txt, table.json, hit_ratio.png%s" % (
+        out_dir, "".join(", " + os.path.basename(c) for c in shape_charts)))
     return 0 if result["ok"] else 3
 
 
