@@ -98,6 +98,10 @@ DAEMON_FLAGS = ["--metrics_address=127.0.0.1:0"]
 # SHAPE_POLICIES to fix its column's place, to BASELINES to make it one.
 BASELINES = ("none", "prompt-end", "junction", "every-block")
 SHAPE_POLICIES = BASELINES + ("ladder", "statecache")
+# Daemon flags a policy's runs add: statecache's placement is the advice its
+# session asks for and the daemon's second-chance eviction; the baselines
+# keep the reference's LRU, as the engines' own prefix caches do.
+POLICY_DAEMON_FLAGS = {"statecache": ["--eviction=second-chance"]}
 TIER_POLICIES = ("statecache",)  # also run with the host tier on
 SHAPE_TIER_FACTOR = 4  # that tier's room: this many slot images per slot
 SHAPE_CONCURRENCY = 16
@@ -394,7 +398,8 @@ def tier_run(Daemon, sd, lg, workload, layout, tmp, pool,  # noqa: N803
     import urllib.request
 
     import statecache
-    flags = ["--num_slots=%d" % pool, "--layout=" + layout] + DAEMON_FLAGS
+    flags = (["--num_slots=%d" % pool, "--layout=" + layout] + DAEMON_FLAGS
+             + POLICY_DAEMON_FLAGS.get(policy, []))
     with Daemon(sd, flags, tmp, name=name) as d:
         with statecache.Client.connect(d.address) as client:
             image = client.admin.stats().bytes_per_slot
@@ -498,7 +503,8 @@ def shape_run(Daemon, sd, lg, workload, tmp, shape, pool,  # noqa: N803
               policy, loadgen_flags):
     """One loadgen run (daemon, then in-process) of `policy` on a daemon of
     its own; returns its report and exit code."""
-    with Daemon(sd, ["--num_slots=%d" % pool] + DAEMON_FLAGS, tmp,
+    with Daemon(sd, ["--num_slots=%d" % pool] + DAEMON_FLAGS
+                + POLICY_DAEMON_FLAGS.get(policy, []), tmp,
                 name="shape-%s-%d-%s" % (shape, pool, policy)) as d:
         code, report = loadgen(
             lg, ["--workload=" + workload, "--address=" + d.address,

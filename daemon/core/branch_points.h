@@ -46,6 +46,11 @@ class BranchPoints {
   // block, when one shares all of it (L would be the prompt's end), or when
   // the longest sharer ended at L.
   int64_t Record(absl::Span<const int64_t> hashes);
+  // Forgets every prompt.
+  void Clear() {
+    current_.clear();
+    previous_.clear();
+  }
 
   // Hashes remembered (both generations).
   int64_t size() const {

@@ -408,6 +408,9 @@ absl::Status Unindex(OperationContext& c, absl::string_view,
 absl::Status ClearIndex(OperationContext& c, absl::string_view,
                         const v1::ClearIndex&, v1::ClearIndexResult*) {
   c.memory.ClearIndex();
+  // The prefixes placement advice remembers go with the checkpoints, so a
+  // cleared daemon advises as a fresh one does.
+  if (c.branch_points != nullptr) c.branch_points->Clear();
   return absl::OkStatus();
 }
 

@@ -412,11 +412,18 @@ class Client:
     def attach(self, model_id: str, hash_block_size: int,
                hash_namespace: str = "", num_spec: int = 0,
                layout_fingerprint: str = "", client_name: str = "", *,
-               keepalive: bool = True) -> Session:
+               keepalive: bool = True,
+               advise_placement: bool = False) -> Session:
         """Opens a session with the model's identity (every field must equal
         the daemon's) and, with `keepalive`, starts renewing its lease in a
         background thread. `client_name` (<= 256 bytes) is shown to
         operators.
+
+        With `advise_placement`, every admit result says where the
+        request's checkpoints go (``branch_blocks``,
+        ``continuation_blocks``, ``ladder_blocks``; client/README.md,
+        "Placement advice"); ``Session.placement_advised`` says whether the
+        daemon gives it.
 
         Returns a :class:`Session`; use it as a context manager to detach
         at the end.
@@ -435,7 +442,8 @@ class Client:
                 model_id=model_id, hash_block_size=hash_block_size,
                 hash_namespace=hash_namespace, num_spec=num_spec,
                 layout_fingerprint=layout_fingerprint),
-            client_name=client_name), "Attach")
+            client_name=client_name,
+            advise_placement=advise_placement), "Attach")
         session = Session(self, response, identity, client_name, keepalive)
         self._sessions.add(session)
         return session
@@ -478,6 +486,10 @@ class Session:
             daemon keeps none (no --model or --layout).
         identity: the :class:`Identity` attached with.
         client_name: as given to attach.
+        placement_advised: whether admit results carry placement advice
+            (asked for at attach, and given by the daemon).
+        eviction: which checkpoint a shortage spends, ``"lru"`` (the
+            reference pool's rule) or ``"second-chance"``.
 
     Losing the session. Every call that names the session (a step, unary or
     streamed, and keep_alive) raises :class:`LeaseLost`, or its subclass
@@ -522,6 +534,8 @@ class Session:
                        if response.HasField("memory") else None)
         self.identity = identity
         self.client_name = client_name
+        self.placement_advised = response.placement_advised
+        self.eviction = response.eviction
         self._request_prefix = step_request_prefix(self.session_id)
         self._detached = False
         self._lost = None  # a function making the exception to raise

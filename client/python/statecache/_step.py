@@ -141,7 +141,12 @@ class BeginPassResult(_Result):
 class AdmitResult(_Result):
     """The result of admit: the request's ``slots`` (0 committed, 1..
     rollback), ``fork_src``, ``blocks_resumed``, ``adopted`` and
-    ``from_tier``; then ``code`` and ``message``.
+    ``from_tier``; in an advised session (``attach(advise_placement=
+    True)``) where its checkpoints go: ``branch_blocks`` (a branch point),
+    ``continuation_blocks`` (the prompt's end, then every block boundary
+    the decode reaches, each replacing the last) and ``ladder_blocks``
+    (guesses every that many blocks of the prefill); then ``code`` and
+    ``message``.
 
     The first forward reads ``fork_src`` when it is set, else slot 0 when
     ``blocks_resumed`` > 0 (``adopted``), else nothing: a cold start
@@ -154,6 +159,9 @@ class AdmitResult(_Result):
     blocks_resumed: int = 0
     adopted: bool = False
     from_tier: bool = False
+    branch_blocks: int = 0
+    continuation_blocks: int = 0
+    ladder_blocks: int = 0
     code: int = 0
     message: str = ""
 

@@ -225,20 +225,27 @@ def test_results_that_do_not_follow_the_rule_raise_internal():
             codes=[0, 0], values=[1, 7, -1], late_values=[0]))
     with pytest.raises(statecache.Internal, match="longer"):
         _step.decode_results(kinds, pb.PackedResults(
-            codes=[0, 0], values=[1, 7, -1, 0, 0, 1, 99], late_values=[0]))
-    # admit's from_tier is in late_values: exactly one entry.
+            codes=[0, 0], values=[1, 7, -1, 0, 0, 1, 99],
+            late_values=[0, 0, 0, 0]))
+    # admit's from_tier, branch_blocks, continuation_blocks and
+    # ladder_blocks are in late_values: exactly four entries.
     with pytest.raises(statecache.Internal, match="late_values"):
         _step.decode_results(kinds, pb.PackedResults(
             codes=[0, 0], values=[1, 7, -1, 0, 0, 1]))
     with pytest.raises(statecache.Internal, match="late_values"):
         _step.decode_results(kinds, pb.PackedResults(
-            codes=[0, 0], values=[1, 7, -1, 0, 0, 1], late_values=[1, 0]))
+            codes=[0, 0], values=[1, 7, -1, 0, 0, 1],
+            late_values=[1, 0, 0, 0, 0]))
+    with pytest.raises(statecache.Internal, match="too short"):
+        _step.decode_results(kinds, pb.PackedResults(
+            codes=[0, 0], values=[1, 7, -1, 0, 0, 1], late_values=[1]))
     with pytest.raises(statecache.Internal, match="too short"):
         _step.decode_results(kinds, pb.PackedResults(codes=[5, 5]))
     admit, release = _step.decode_results(kinds, pb.PackedResults(
-        codes=[0, 0], values=[1, 7, -1, 0, 0, 1], late_values=[1]))
-    assert admit == statecache.AdmitResult(slots=[7], fork_src=-1,
-                                           adopted=False, from_tier=True)
+        codes=[0, 0], values=[1, 7, -1, 0, 0, 1], late_values=[1, 5, 9, 16]))
+    assert admit == statecache.AdmitResult(
+        slots=[7], fork_src=-1, adopted=False, from_tier=True,
+        branch_blocks=5, continuation_blocks=9, ladder_blocks=16)
     assert release.slots_released == 1
 
 

@@ -221,12 +221,14 @@ def test_the_proto_comments_examples():
         ("request_id", "id"), ("boundary_blocks", "value"),
         ("hash", "hash"), ("anchor_pos", "value")]
     # "admit's result is: len(slots), the slots..., fork_src,
-    # blocks_resumed, adopted." (from_tier, numbered 100, in late_values.)
+    # blocks_resumed, adopted." (from_tier and the placement advice,
+    # numbered 100 and above, in late_values.)
     assert places("AdmitResult") == [
         ("slots", "values"), ("fork_src", "value"),
         ("blocks_resumed", "value"), ("adopted", "value")]
     assert [e.name for e in _packed.late_fields(pb.AdmitResult.DESCRIPTOR)] \
-        == ["from_tier"]
+        == ["from_tier", "branch_blocks", "continuation_blocks",
+            "ladder_blocks"]
     with open(PROTO) as f:
         proto = f.read()
     listed = re.search(r"Operation's `kind` oneof \(([^)]*)\)", proto)
