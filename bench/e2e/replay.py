@@ -241,7 +241,8 @@ def replay(address, record, warmup=0, streamed=False, raw=False,
             model_id=identity.get("model_id", ""),
             hash_block_size=identity["hash_block_size"],
             hash_namespace=identity.get("hash_namespace", ""),
-            num_spec=identity.get("num_spec", 0), client_name=client_name)
+            num_spec=identity.get("num_spec", 0), client_name=client_name,
+            advise_placement=pool.get("placement_advised", False))
         with session:
             transfer = pool.get("transfer", {})
             if (session.num_slots != pool["num_slots"]

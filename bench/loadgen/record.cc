@@ -123,10 +123,7 @@ json ResultJson(const absl::StatusOr<OperationResult>& result) {
                {{"slots", r.slots},
                 {"fork_src", r.fork_src},
                 {"blocks_resumed", r.blocks_resumed},
-                {"adopted", r.adopted},
-                {"branch_blocks", r.branch_blocks},
-                {"continuation_blocks", r.continuation_blocks},
-                {"ladder_blocks", r.ladder_blocks}}}};
+                {"adopted", r.adopted}}}};
     }
     json operator()(const ResumableHitResult& r) const {
       return {{"resumable_hit", {{"blocks", r.blocks}}}};
