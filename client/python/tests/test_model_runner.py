@@ -392,6 +392,96 @@ def test_midstep_checkpoints_resume_a_branch(start):
         ("b0/t0", "fork", 32), ("b1/t0", "fork", 64)]
 
 
+def advised_run(daemon, groups, **options):
+    """Each group of conversations in turn through one advised session
+    (Scheduler(advised=True)), the KV cache keeping replies; returns (turn
+    results, the Scheduler, GetStats after)."""
+    kv = scheduler.KvCache()
+    turns = []
+    with statecache.Client.connect(daemon.address) as client, \
+            scheduler.attach(client, advise_placement=True) as session:
+        assert session.placement_advised
+        runner = model_runner.ModelRunner(MODEL, session.memory)
+        poison_region(runner)
+        s = scheduler.Scheduler(session, runner, kv, advised=True,
+                                cache_decode=True, **options)
+        for group in groups:
+            turns += scheduler.run_conversations(s, group)
+        stats = client.admin.stats()
+    return turns, s, stats
+
+
+@pytest.mark.parametrize("eviction", ["lru", "second-chance"])
+def test_advised_branch_points_resume_bit_exact(start, eviction):
+    """Requests sharing a document, each with its own question: the prompt
+    ends never fall on the document, so only the branch point the daemon
+    advises resumes the later ones."""
+    daemon = start(64, "--eviction=" + eviction)
+    rng = np.random.default_rng(9)
+    document = [int(x) for x in rng.integers(0, 64, 70)]  # 4 full blocks
+
+    def asking(name, n):
+        return [scheduler.Conversation(
+            "%s%d" % (name, i),
+            [document + [int(x) for x in rng.integers(0, 64, 20 + 7 * i)]],
+            max_new=4) for i in range(n)]
+
+    turns, s, stats = advised_run(daemon, [asking("a", 2), asking("b", 3)])
+    SUMMARY.append(("advised branch points", s.counts["prompt_tokens"],
+                    s.counts["prefilled"]))
+    assert_bit_exact(turns)
+    assert stats.branch_points_advised >= 1
+    # a0 starts cold, a1 is told to checkpoint where it leaves a0 (block
+    # 4), and every b resumes there.
+    assert [(t.request, t.how, t.resumed_pos) for t in turns] == [
+        ("a0/t0", "cold", 0), ("a1/t0", "cold", 0), ("b0/t0", "fork", 64),
+        ("b1/t0", "fork", 64), ("b2/t0", "fork", 64)]
+
+
+def test_advised_continuations_resume_through_the_reply_bit_exact(start):
+    """Long replies: each turn's continuation rolls through its reply (one
+    checkpoint, replaced at every block boundary the decode reaches), so
+    the next turn resumes past the previous prompt's end."""
+    daemon = start(64, "--eviction=second-chance")
+    convs = conversations(4, turns=3, seed=3, max_new=40)
+    turns, s, stats = advised_run(daemon, [convs])
+    SUMMARY.append(("advised continuations", s.counts["prompt_tokens"],
+                    s.counts["prefilled"]))
+    assert_bit_exact(turns)
+    assert stats.checkpoints_superseded > 0
+    previous = {}
+    for t in turns:
+        if t.turn > 0:
+            # Through the reply: past the previous prompt's last block.
+            before = len(previous[t.conversation]) // BLOCK * BLOCK
+            assert t.resumed_pos > before, (t.request, t.resumed_pos, before)
+        previous[t.conversation] = t.prompt
+
+
+def test_the_comparison_catches_a_stale_continuation(start):
+    """Negative control: a scheduler that files a decode boundary's
+    checkpoint under the hash of the block before it (its state a block
+    past what the hash names) is served wrong bytes by the next turn's
+    resume, and the comparison says so."""
+
+    class OffByABlock(scheduler.Scheduler):
+        def boundary_hash(self, r):
+            if r.pos <= len(r.prompt):
+                return super().boundary_hash(r)
+            return self.computed_hashes(r)[-2]
+
+    daemon = start(64)
+    convs = conversations(3, turns=2, seed=4, max_new=40)
+    kv = scheduler.KvCache()
+    with statecache.Client.connect(daemon.address) as client, \
+            scheduler.attach(client, advise_placement=True) as session:
+        runner = model_runner.ModelRunner(MODEL, session.memory)
+        poison_region(runner)
+        s = OffByABlock(session, runner, kv, advised=True, cache_decode=True)
+        turns = scheduler.run_conversations(s, convs)
+    assert wrong_turns([t for t in turns if t.turn > 0])
+
+
 def test_snapshot_checkpoints_and_copy(start):
     daemon = start(96, num_spec=2)
     turns, s, stats = run(daemon, conversations(4), name="snapshot + spec",

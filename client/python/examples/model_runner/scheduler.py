@@ -142,6 +142,11 @@ class Request:
     logits: np.ndarray = None     # after the whole prompt
     accepted: list = field(default_factory=list)  # speculative: per verify
     forwards: int = 0
+    # Placement advice (an advised session): prefill positions to
+    # checkpoint besides the anchor (the branch point, ladder rungs), and
+    # the continuation's first block (0: none).
+    wanted: list = field(default_factory=list)
+    continuation: int = 0
     # This pass's.
     read_fork: bool = False
     accept_index: int = 0
@@ -174,6 +179,14 @@ class Scheduler:
             readable_midstep), 0 for none.
         snapshot: checkpoint with `snapshot` (the daemon copies the slot)
             instead of the fork `checkpoint`.
+        advised: follow the daemon's placement advice (the session attached
+            with advise_placement): checkpoint where each admit result says
+            (its branch point and ladder rungs, each a chunk's end; the
+            prompt's end; every block boundary the decode reaches) and no
+            placement of its own (no midstep_every).
+        cache_decode: the KV cache also keeps the full blocks of each
+            reply, as engines' prefix caches do, so a next turn's hit runs
+            through the reply.
         ignore_fork_src: a deliberately broken runner that reads slot 0
             where it should read fork_src (the tests' negative control).
         on_pass: called with the Scheduler after each pass.
@@ -181,7 +194,8 @@ class Scheduler:
 
     def __init__(self, session, runner, kv, max_admit=MAX_ADMIT, chunk=CHUNK,
                  midstep_every=MIDSTEP_EVERY, snapshot=False,
-                 ignore_fork_src=False, on_pass=None):
+                 ignore_fork_src=False, on_pass=None, advised=False,
+                 cache_decode=False):
         self.session = session
         self.runner = runner
         self.kv = kv
@@ -191,7 +205,12 @@ class Scheduler:
         self.fork_tokens = session.transfer.fork_tokens
         self.forks = session.transfer.kind == "fork"
         midstep = session.transfer.readable_midstep
-        self.midstep_every = midstep_every if midstep else 0
+        self.midstep_every = midstep_every if midstep and not advised else 0
+        if advised and not session.placement_advised:
+            raise ValueError("advised: the session gets no placement advice "
+                             "(attach with advise_placement=True)")
+        self.advised = advised
+        self.cache_decode = cache_decode
         self.max_admit = max_admit
         self.chunk = max(chunk, self.fork_tokens)
         self.snapshot = snapshot
@@ -275,6 +294,8 @@ class Scheduler:
             r.pos = a.blocks_resumed * self.block
             # Resumed exactly at the anchor: that checkpoint exists.
             r.checkpointed = r.pos == r.boundary
+            if self.advised:
+                self.follow_advice(r, a)
             if a.blocks_resumed == 0:
                 r.how = "miss" if r.kv_hit_blocks else "cold"
             elif a.from_tier:       # the host tier's image is in slot 0
@@ -323,8 +344,24 @@ class Scheduler:
         one decoded token a pass."""
         if r.pos < len(r.prompt):
             target = r.boundary if r.pos < r.boundary else len(r.prompt)
+            # An advised position inside the chunk ends it there.
+            target = min([p for p in r.wanted if p > r.pos] + [target])
             return min(self.chunk, target - r.pos)
         return 1
+
+    def follow_advice(self, r, a):
+        """Where an advised request's checkpoints go, from its admit result:
+        the branch point and the ladder rungs past where it resumed and
+        short of its anchor (the anchor is checkpointed as always), and the
+        continuation (decode boundaries, after_forward)."""
+        wanted = set()
+        if a.branch_blocks:
+            wanted.add(a.branch_blocks * self.block)
+        if a.ladder_blocks:
+            step = a.ladder_blocks * self.block
+            wanted.update(range(step, r.boundary, step))
+        r.wanted = sorted(p for p in wanted if r.pos < p < r.boundary)
+        r.continuation = a.continuation_blocks
 
     def plan_adopt(self, r):
         """Whether the request's next forward reads a fork source with a
@@ -405,7 +442,33 @@ class Scheduler:
                                            start=r.pos)
             r.pos += 1
             r.output.append(int(np.argmax(logits)))
+            if self.cache_decode and r.pos % self.block == 0:
+                self.kv.add(self.computed_hashes(r))
         r.forwards += 1
+
+    def computed_hashes(self, r):
+        """The block hashes of the tokens the request's state has consumed
+        (its prompt, then its reply but the last token sampled)."""
+        return block_hashes((r.prompt + r.output)[:r.pos], self.block)
+
+    def boundary_hash(self, r):
+        """The hash a checkpoint of the request's state is filed under: that
+        of the block ending where its state sits."""
+        if r.pos <= len(r.prompt):
+            return r.hashes[r.pos // self.block - 1]
+        return self.computed_hashes(r)[-1]
+
+    def checkpoint_here(self, r):
+        """Whether the request's state sits where a checkpoint goes: its
+        anchor (once); an advised prefill position; or, advised, a block
+        boundary its decode reached past its continuation's first."""
+        if r.pos == r.boundary and not r.checkpointed and r.boundary:
+            return True
+        if r.pos in r.wanted:
+            return True
+        return (r.continuation and r.pos > r.boundary
+                and r.pos % self.block == 0
+                and r.pos // self.block > r.continuation)
 
     def draft(self, r, k):
         """k draft tokens by prompt lookup: what followed the last token's
@@ -448,15 +511,13 @@ class Scheduler:
         publishing = [r for r in forwarded if r.reservations]
         for r in publishing:
             step.publish(r.id)
-        checkpointing = [r for r in forwarded
-                         if r.pos == r.boundary and not r.checkpointed
-                         and r.boundary]
+        checkpointing = [r for r in forwarded if self.checkpoint_here(r)]
         for r in checkpointing:
-            boundary_hash = r.hashes[r.boundary // self.block - 1]
+            boundary_hash = self.boundary_hash(r)
             if self.snapshot:
-                step.snapshot(r.id, position=r.boundary, hash=boundary_hash)
+                step.snapshot(r.id, position=r.pos, hash=boundary_hash)
             else:
-                step.checkpoint(r.id, boundary_blocks=r.boundary // self.block,
+                step.checkpoint(r.id, boundary_blocks=r.pos // self.block,
                                 hash=boundary_hash)
         copying = [r for r in forwarded if r.accept_index]
         for r in copying:
@@ -480,7 +541,10 @@ class Scheduler:
         at += len(publishing)
         for r, result in zip(checkpointing, results[at:]):
             result.check()
-            r.checkpointed = True
+            if r.pos == r.boundary:
+                r.checkpointed = True
+            if r.pos in r.wanted:
+                r.wanted.remove(r.pos)
             self.counts["checkpoints_kept" if result.kept
                         else "checkpoints_dropped"] += 1
             if result.kept and not self.snapshot:
@@ -634,9 +698,11 @@ def differences(model, turn):
 # ------------------------------------------------------------ main
 
 
-def attach(client, num_spec=0, name="tiny-mamba-scheduler"):
+def attach(client, num_spec=0, name="tiny-mamba-scheduler",
+           advise_placement=False):
     return client.attach(model_id=MODEL_ID, hash_block_size=BLOCK,
-                         num_spec=num_spec, client_name=name)
+                         num_spec=num_spec, client_name=name,
+                         advise_placement=advise_placement)
 
 
 def memory_refresher(client, num_spec=0):
