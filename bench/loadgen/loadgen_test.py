@@ -20,7 +20,9 @@
 3. In-process runs (--daemon=false): with decode caching, a long-replies
    workload's KV hits run past the previous prompt's end (more tokens asked
    for than with --kv_cache_decode=false); on fan-out at a small pool,
-   junction resumes shared prefixes and prompt-end resumes nothing.
+   junction resumes shared prefixes and prompt-end resumes nothing;
+   statecache, following the daemon's advice, resumes fan-out's at least
+   as well as junction and long replies' through the reply.
 
 /usr/bin/python3 with the statecache package on PYTHONPATH (build/python):
 its test daemon, statecache.testing.Daemon, runs statecached.
@@ -60,7 +62,8 @@ def stats_counters():
 ARGS = None
 
 SHAPES = ("agentic", "fan-out", "long-replies", "mix")
-POLICIES = ("statecache", "prompt-end", "junction", "every-block", "none")
+POLICIES = ("statecache", "ladder", "prompt-end", "junction", "every-block",
+            "none")
 # Small workloads of each shape, for runs of a few seconds against a
 # daemon. agentic: sessions sharing two system prompts (the ladder resumes
 # new sessions inside them; prompt ends never do), prompts up to 12k tokens.
@@ -321,6 +324,32 @@ class InProcessTest(unittest.TestCase):
         # never resumes one; junction checkpoints the shared prefix.
         self.assertEqual(saved["prompt-end"], 0)
         self.assertGreater(saved["junction"], saved["prompt-end"])
+
+    def test_statecache_follows_the_advice(self):
+        """The advised placement: fan-out's shared prefixes resumed at their
+        branch points (as junction's), long replies' next turns resumed
+        through the reply (past any prompt-end checkpoint)."""
+        fan_out = {}
+        for policy in ("junction", "statecache"):
+            fan_out[policy] = self.run_in_process(
+                "fan-out", "--num_slots=48", "--eviction=second-chance",
+                "--policy=" + policy)
+        advised = fan_out["statecache"]["daemon_counters"]
+        self.assertGreater(advised["branch_points_advised"], 0)
+        self.assertGreaterEqual(fan_out["statecache"]["tokens"]["resumed"],
+                                fan_out["junction"]["tokens"]["resumed"])
+        replies = {}
+        for policy in ("prompt-end", "statecache"):
+            replies[policy] = self.run_in_process(
+                "long-replies", "--num_slots=256", "--policy=" + policy)
+        print("resumed: fan-out %s, long-replies %s" % (
+            {p: r["tokens"]["resumed"] for p, r in fan_out.items()},
+            {p: r["tokens"]["resumed"] for p, r in replies.items()}))
+        self.assertGreater(
+            replies["statecache"]["daemon_counters"]["checkpoints_superseded"],
+            0)
+        self.assertGreater(replies["statecache"]["tokens"]["resumed"],
+                           replies["prompt-end"]["tokens"]["resumed"])
 
 
 def main():
