@@ -1,5 +1,7 @@
 #include "daemon/core/placement_advice.h"
 
+#include <limits>
+
 namespace statecache {
 
 PlacementAdvice AdvisePlacement(BranchPoints& table, const SlotMemory& memory,
@@ -7,7 +9,8 @@ PlacementAdvice AdvisePlacement(BranchPoints& table, const SlotMemory& memory,
                                 int64_t ladder_blocks) {
   const int64_t block_size = memory.pool().hash_block_size();
   PlacementAdvice advice;
-  if (spec.anchor_pos > 0 && spec.anchor_pos % block_size == 0) {
+  if (spec.anchor_pos > 0 && spec.anchor_pos % block_size == 0 &&
+      spec.anchor_pos / block_size <= std::numeric_limits<int32_t>::max()) {
     advice.continuation_blocks = spec.anchor_pos / block_size;
   }
   const int64_t branch = table.Record(spec.block_hashes);

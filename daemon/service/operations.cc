@@ -1,6 +1,7 @@
 #include "daemon/service/operations.h"
 
 #include <array>
+#include <limits>
 #include <optional>
 #include <string_view>
 #include <tuple>
@@ -303,9 +304,11 @@ absl::Status Checkpoint(OperationContext& c, absl::string_view id,
   // first: a refusal changes nothing).
   int64_t anchor_pos = op.anchor_pos();
   bool continuation = false;
-  if (c.session.advised && op.boundary_blocks() >= 0 && op.hash() >= 0 &&
-      anchor_pos >= 0) {
-    const int64_t block_size = c.memory.pool().hash_block_size();
+  const int64_t block_size = c.memory.pool().hash_block_size();
+  if (c.session.advised && op.boundary_blocks() >= 0 &&
+      op.boundary_blocks() <=
+          std::numeric_limits<int64_t>::max() / block_size &&
+      op.hash() >= 0 && anchor_pos >= 0) {
     const int64_t position = op.boundary_blocks() * block_size;
     if (anchor_pos == 0 &&
         IsAdvisedPosition(request->advice, block_size, position)) {

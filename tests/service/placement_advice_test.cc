@@ -5,6 +5,7 @@
 // advice, getting the reference's decisions.
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -238,6 +239,27 @@ TEST(PlacementAdviceTest, SessionsThatDoNotAskGetTheReferencesDecisions) {
   EXPECT_GE(daemon.Lookup(s, 20), 0);
   EXPECT_EQ(daemon.Stats().checkpoints_superseded(), 0);
   EXPECT_EQ(daemon.Stats().branch_points_advised(), 0);
+}
+
+TEST(PlacementAdviceTest, HostileNumbersChangeNothingAdvised) {
+  Advised daemon(16);
+  const std::string s = daemon.Attach(true);
+  // An anchor whose block count does not fit AdmitResult's int32: no
+  // continuation advised (rather than a wrapped one).
+  v1::Operation op;
+  v1::Admit* a = op.mutable_admit();
+  a->set_request_id("huge");
+  a->set_width(1);
+  a->set_num_tokens(100);
+  a->set_anchor_pos(std::numeric_limits<int64_t>::max() / kBlock * kBlock);
+  a->add_block_hashes(1);
+  EXPECT_EQ(daemon.Run(s, op).admit().continuation_blocks(), 0);
+  // A boundary whose position overflows int64 is no advised position: an
+  // ordinary checkpoint (a guess), nothing superseded.
+  const v1::CheckpointResult far =
+      daemon.Checkpoint(s, "huge", std::numeric_limits<int64_t>::max(), 9);
+  EXPECT_TRUE(far.kept());
+  EXPECT_EQ(daemon.Stats().checkpoints_superseded(), 0);
 }
 
 TEST(PlacementAdviceTest, ADaemonWithoutAdviceSaysSo) {
