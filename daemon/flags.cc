@@ -358,15 +358,13 @@ absl::StatusOr<StateCacheOptions> OptionsFromFlags(const RegionAccess& access) {
   options.advise_placement = absl::GetFlag(FLAGS_advise_placement);
   options.branch_point_blocks = absl::GetFlag(FLAGS_branch_point_blocks);
   options.advice_ladder_blocks = absl::GetFlag(FLAGS_advice_ladder_blocks);
-  const std::string eviction = absl::GetFlag(FLAGS_eviction);
-  if (eviction == "lru") {
-    options.eviction = Eviction::kLru;
-  } else if (eviction == "second-chance") {
-    options.eviction = Eviction::kSecondChance;
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--eviction must be lru or second-chance, got \"", eviction, "\""));
+  absl::StatusOr<Eviction> eviction =
+      ParseEviction(absl::GetFlag(FLAGS_eviction));
+  if (!eviction.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", eviction.status().message()));
   }
+  options.eviction = *eviction;
   options.max_operations_per_step = absl::GetFlag(FLAGS_max_ops_per_step);
   options.max_hashes_per_step = absl::GetFlag(FLAGS_max_hashes_per_step);
   options.fair_share = absl::GetFlag(FLAGS_fair_share);

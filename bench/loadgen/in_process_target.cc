@@ -93,12 +93,9 @@ absl::StatusOr<std::unique_ptr<InProcessTarget>> InProcessTarget::Create(
   options.transfer = *state_transfer;
   options.lease_ttl = absl::Hours(1);
   options.max_operations_per_step = max_operations_per_step;
-  if (eviction == "second-chance") {
-    options.eviction = Eviction::kSecondChance;
-  } else if (eviction != "lru") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "eviction must be lru or second-chance, got '", eviction, "'"));
-  }
+  absl::StatusOr<Eviction> parsed = ParseEviction(eviction);
+  if (!parsed.ok()) return parsed.status();
+  options.eviction = *parsed;
   absl::StatusOr<std::unique_ptr<StateCache>> cache =
       StateCache::Create(std::move(options));
   if (!cache.ok()) return cache.status();

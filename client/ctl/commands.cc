@@ -106,12 +106,13 @@ void PrintStatsTables(const DaemonStats& s) {
   std::cout << "checkpoints (cumulative)\n";
   fields.Shown({"checkpoints_kept", "checkpoints_dropped",
                 "checkpoints_evicted", "checkpoints_orphaned",
-                "indexed_hashes"});
+                "checkpoints_superseded", "indexed_hashes"});
   PrintTable(
       {{"kept", absl::StrCat(s.checkpoints_kept)},
        {"dropped", absl::StrCat(s.checkpoints_dropped)},
        {"evicted", absl::StrCat(s.checkpoints_evicted)},
        {"orphaned", absl::StrCat(s.checkpoints_orphaned)},
+       {"superseded", absl::StrCat(s.checkpoints_superseded)},
        {"kept - slots", absl::StrCat(s.checkpoints_kept - s.slots_total)},
        {"indexed now", absl::StrCat(s.indexed_hashes)}},
       "  ");
@@ -126,7 +127,8 @@ void PrintStatsTables(const DaemonStats& s) {
              "  ");
   std::cout << "resumes (cumulative)\n";
   fields.Shown({"resumes_fork", "resumes_adopt", "resumes_tier", "resumes_miss",
-                "resume_blocks_wanted", "resume_blocks_resumed"});
+                "resume_blocks_wanted", "resume_blocks_resumed",
+                "branch_points_advised"});
   PrintTable(
       {{"fork", absl::StrCat(s.resumes_fork)},
        {"adopt", absl::StrCat(s.resumes_adopt)},
@@ -134,7 +136,8 @@ void PrintStatsTables(const DaemonStats& s) {
        {"miss", absl::StrCat(s.resumes_miss)},
        {"blocks wanted", absl::StrCat(s.resume_blocks_wanted)},
        {"blocks resumed", absl::StrCat(s.resume_blocks_resumed)},
-       {"hit ratio", Percent(s.resume_blocks_resumed, s.resume_blocks_wanted)}},
+       {"hit ratio", Percent(s.resume_blocks_resumed, s.resume_blocks_wanted)},
+       {"branch points advised", absl::StrCat(s.branch_points_advised)}},
       "  ");
   // Shown while off too: all zero then.
   fields.Shown({"host_tier_capacity_bytes", "host_tier_bytes",

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <string>
 #include <variant>
 
 #include "absl/base/attributes.h"
@@ -227,6 +228,15 @@ int64_t SlotPool::PopUnchecked() {
 
 const char* EvictionName(Eviction eviction) {
   return eviction == Eviction::kSecondChance ? "second-chance" : "lru";
+}
+
+absl::StatusOr<Eviction> ParseEviction(std::string_view name) {
+  for (Eviction e : {Eviction::kLru, Eviction::kSecondChance}) {
+    if (name == EvictionName(e)) return e;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("eviction must be lru or second-chance, got \"",
+                   std::string(name), "\""));
 }
 
 // Bounded: a pool whose every checkpoint was resumed from spends the head

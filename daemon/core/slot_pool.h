@@ -70,6 +70,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -104,6 +105,8 @@ class PoolCallObserver;  // pool_call.h
 enum class Eviction { kLru, kSecondChance };
 // "lru", "second-chance" (the flag's and AttachResponse's names).
 const char* EvictionName(Eviction eviction);
+// The inverse. Errors: INVALID_ARGUMENT for another name.
+absl::StatusOr<Eviction> ParseEviction(std::string_view name);
 struct PoolCall;
 
 // Largest pool the core accepts: slot indices are stored in 32 bits.

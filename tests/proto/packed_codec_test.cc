@@ -706,6 +706,9 @@ TEST(PackedCodecTest, LateValuesCarryTheTierFieldsAndAreOptional) {
   admit->set_blocks_resumed(2);
   admit->set_adopted(true);
   admit->set_from_tier(true);
+  admit->set_branch_blocks(4);
+  admit->set_continuation_blocks(6);
+  admit->set_ladder_blocks(16);
   kinds.Add(v1::Operation::kAdmit);
   list.Add()->mutable_resumable_hit()->set_tier_blocks(5);
   kinds.Add(v1::Operation::kResumableHit);
@@ -721,10 +724,13 @@ TEST(PackedCodecTest, LateValuesCarryTheTierFieldsAndAreOptional) {
   ASSERT_TRUE(PackResults(list, &packed).ok());
   EXPECT_EQ(std::vector<int64_t>(packed.late_values().begin(),
                                  packed.late_values().end()),
-            (std::vector<int64_t>{1, 5, 1}));
+            (std::vector<int64_t>{1, 4, 6, 16, 5, 1}));
   google::protobuf::RepeatedPtrField<v1::OperationResult> back;
   ASSERT_TRUE(UnpackResults(packed, kinds, &back).ok());
   EXPECT_TRUE(back[0].admit().from_tier());
+  EXPECT_EQ(back[0].admit().branch_blocks(), 4);
+  EXPECT_EQ(back[0].admit().continuation_blocks(), 6);
+  EXPECT_EQ(back[0].admit().ladder_blocks(), 16);
   EXPECT_EQ(back[1].resumable_hit().tier_blocks(), 5);
   EXPECT_TRUE(back[3].lookup().in_tier());
 
