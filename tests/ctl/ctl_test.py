@@ -128,9 +128,10 @@ class Background:
 
 class CtlTestCase(unittest.TestCase):
     FLAGS = ["--num_slots=8", "--hash_block_size=4"]
+    LAYOUT = None  # a layout dict: the daemon keeps host state memory
 
     def setUp(self):
-        self.daemon = Daemon(self.FLAGS)
+        self.daemon = Daemon(self.FLAGS, layout=self.LAYOUT)
         self.driver = Driver(self.daemon)
         self.ctl = Ctl(self.daemon)
         self.background = []
@@ -418,18 +419,7 @@ class ResizeMemoryTest(CtlTestCase):
 
     LAYOUT = {"format": "statecache-layout/v1", "name": "tiny", "num_layers": 2,
               "tensors": [{"name": "ssm", "dtype": "f32", "shape": [1024]}]}
-
-    def setUp(self):
-        self.layout_dir = tempfile.mkdtemp(prefix="scm-layout-")
-        path = os.path.join(self.layout_dir, "tiny.json")
-        with open(path, "w") as f:
-            json.dump(self.LAYOUT, f)
-        self.FLAGS = ["--num_slots=16", "--hash_block_size=4", "--layout=" + path]
-        super().setUp()
-
-    def tearDown(self):
-        super().tearDown()
-        shutil.rmtree(self.layout_dir, ignore_errors=True)
+    FLAGS = ["--num_slots=16", "--hash_block_size=4"]
 
     def test_memory_returned_and_taken(self):
         before = self.driver.stats()

@@ -23,6 +23,7 @@ Paths come from the command line, before unittest's own arguments:
 import argparse
 import atexit
 import importlib
+import json
 import os
 import re
 import select
@@ -127,11 +128,12 @@ class Daemon:
     """One statecached process in its own temporary directory, on a Unix
     socket there, or on `listen` if given (e.g. "127.0.0.1:0", with the TLS
     flags in `flags`: `address` is then the one the daemon logged, with the
-    port it picked)."""
+    port it picked). With `layout` (a dict in the layout file format), the
+    daemon keeps host state memory of that layout (--layout)."""
 
     READY_DEADLINE_S = 15.0
 
-    def __init__(self, flags=(), metrics=True, listen=None):
+    def __init__(self, flags=(), metrics=True, listen=None, layout=None):
         self.dir = tempfile.mkdtemp(prefix="scm-")
         self.socket = os.path.join(self.dir, "statecached.sock")
         self.address = listen or "unix:" + self.socket
@@ -141,6 +143,11 @@ class Daemon:
         read_fd, write_fd = os.pipe()
         argv.append("--ready_fd=%d" % write_fd)
         argv.extend(flags)
+        if layout is not None:
+            path = os.path.join(self.dir, "layout.json")
+            with open(path, "w") as f:
+                json.dump(layout, f)
+            argv.append("--layout=" + path)
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
                                      stdout=self._log, stderr=self._log,

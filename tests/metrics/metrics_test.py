@@ -461,18 +461,14 @@ class LabelTest(unittest.TestCase):
               "tensors": [{"name": "ssm", "dtype": "f32", "shape": [256]}]}
 
     def setUp(self):
-        self.layout_dir = tempfile.mkdtemp(prefix="scm-layout-")
-        layout = os.path.join(self.layout_dir, "tiny.json")
-        with open(layout, "w") as f:
-            json.dump(self.LAYOUT, f)
         self.daemon = Daemon(["--num_slots=4", "--max_slots=8", "--hash_block_size=4",
-                              "--transfer=fork", "--fork_tokens=1", "--layout=" + layout])
+                              "--transfer=fork", "--fork_tokens=1"],
+                             layout=self.LAYOUT)
         self.driver = Driver(self.daemon)
 
     def tearDown(self):
         self.driver.close()
         self.daemon.stop()
-        shutil.rmtree(self.layout_dir, ignore_errors=True)
 
     def ok(self, results, expected_codes=None):
         codes = [r.code for r in results]
@@ -488,15 +484,15 @@ class LabelTest(unittest.TestCase):
         families = ("statecache_warm_restart_info",
                     "statecache_warm_restart_checkpoints")
         state = tempfile.mkdtemp(prefix="scm-state-")
-        layout = os.path.join(self.layout_dir, "tiny.json")
         image = self.driver.stats().bytes_per_slot
         daemons = []
 
         def start(*extra, slots=4):
             daemons.append(Daemon(["--num_slots=%d" % slots, "--max_slots=8", "--hash_block_size=4",
-                           "--transfer=fork", "--fork_tokens=1", "--layout=" + layout,
+                           "--transfer=fork", "--fork_tokens=1",
                            "--host_tier_bytes=%d" % (2 * image), "--state_dir=" + state,
-                           "--state_save_interval=5ms"] + list(extra)))
+                           "--state_save_interval=5ms"] + list(extra),
+                           layout=self.LAYOUT))
             return daemons[-1]
 
         def note(daemon):
