@@ -633,25 +633,27 @@ class Simulation {
     r.next_wanted = 0;
     r.continuation_blocks = 0;
     if (forks_ && o_.policy != Policy::kNone) {
-      if (o_.policy == Policy::kStateCache) {
-        // The daemon's advice: its branch point, then the continuation
-        // from the prompt's end on (Forward adds the decode boundaries).
-        if (a.ladder_blocks > 0) {
-          const int64_t step = a.ladder_blocks * bs_;
-          for (int64_t p = step; p < r.anchor; p += step) {
-            if (p > r.pos && p != a.branch_blocks * bs_) r.wanted.push_back(p);
-          }
-        }
-        if (a.branch_blocks * bs_ > r.pos) {
-          r.wanted.push_back(a.branch_blocks * bs_);
-          std::sort(r.wanted.begin(), r.wanted.end());
-        }
-        r.continuation_blocks = a.continuation_blocks;
-      } else if (o_.policy == Policy::kLadder && o_.ladder_blocks > 0) {
-        const int64_t step = o_.ladder_blocks * bs_;
-        for (int64_t p = step; p < r.anchor; p += step) {
+      // Every `blocks`-th boundary of the prefill past the resume point.
+      auto ladder = [&](int64_t blocks) {
+        for (int64_t p = blocks * bs_; blocks > 0 && p < r.anchor;
+             p += blocks * bs_) {
           if (p > r.pos) r.wanted.push_back(p);
         }
+      };
+      if (o_.policy == Policy::kStateCache) {
+        // The daemon's advice: its ladder and branch point, then the
+        // continuation from the prompt's end on (DecodeBoundary adds the
+        // decode boundaries).
+        ladder(a.ladder_blocks);
+        if (a.branch_blocks * bs_ > r.pos) {
+          r.wanted.push_back(a.branch_blocks * bs_);
+        }
+        std::sort(r.wanted.begin(), r.wanted.end());
+        r.wanted.erase(std::unique(r.wanted.begin(), r.wanted.end()),
+                       r.wanted.end());
+        r.continuation_blocks = a.continuation_blocks;
+      } else if (o_.policy == Policy::kLadder) {
+        ladder(o_.ladder_blocks);
       } else if (o_.policy == Policy::kJunction) {
         // Where this prompt stops matching what the KV cache holds.
         const int64_t junction = r.kv_hit * bs_;
