@@ -207,6 +207,19 @@ ABSL_FLAG(std::string, metrics_address, "127.0.0.1:9400",
           "one and logs it); empty disables. Loopback by default: the "
           "metrics carry no secrets, but say how busy the GPU is.");
 
+ABSL_FLAG(int32_t, max_step_channels, 64,
+          "Step channels (OpenStepChannel: Steps through shared memory for "
+          "schedulers on this host's Unix socket) open at once; 0 turns "
+          "them off. 0 to 4096.");
+ABSL_FLAG(int64_t, step_channel_area_bytes, int64_t{4} << 20,
+          "Capacity of each step channel's request and reply areas (bytes, "
+          "a multiple of 8, 4096 to 1 GiB). A larger request goes over gRPC; "
+          "a larger reply is sent in parts.");
+ABSL_FLAG(absl::Duration, step_channel_spin, absl::Microseconds(50),
+          "How long a step channel's thread polls for the next request "
+          "after a reply before it sleeps (0 to 10ms): a scheduler's next "
+          "pass often comes sooner than a wake-up would.");
+
 namespace statecache {
 namespace {
 
@@ -472,6 +485,20 @@ ServingOptions ServingOptionsFromFlags(std::string listen) {
       .tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca),
       .insecure_tcp = absl::GetFlag(FLAGS_insecure_tcp),
   };
+}
+
+// The step channels' flags; the objects take the state memory's mode and
+// group (`access`): the same engines reach both through the socket's group.
+StepChannelOptions StepChannelOptionsFromFlags(const RegionAccess& access) {
+  StepChannelOptions options;
+  options.max_channels = absl::GetFlag(FLAGS_max_step_channels);
+  const int64_t area = absl::GetFlag(FLAGS_step_channel_area_bytes);
+  options.request_area_bytes = options.reply_area_bytes =
+      area < 0 ? 0 : static_cast<size_t>(area);
+  options.spin = absl::GetFlag(FLAGS_step_channel_spin);
+  options.mode = access.mode;
+  options.group = access.group;
+  return options;
 }
 
 }  // namespace statecache

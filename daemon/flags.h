@@ -19,6 +19,7 @@
 #include "absl/flags/declare.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "daemon/channel/step_channels.h"
 #include "daemon/service/state_cache.h"
 #include "daemon/serving.h"
 
@@ -60,6 +61,10 @@ absl::StatusOr<StateCacheOptions> OptionsFromFlags(const RegionAccess& access);
 
 // The server's options for `listen` (its range checks are Serving::Start's).
 ServingOptions ServingOptionsFromFlags(std::string listen);
+
+// The step channels' options (range checks: StepChannels::ValidateOptions),
+// their objects made with `access`.
+StepChannelOptions StepChannelOptionsFromFlags(const RegionAccess& access);
 
 }  // namespace statecache
 

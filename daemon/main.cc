@@ -232,8 +232,21 @@ int Serve() {
   CallTracker calls;
   // The peers the doors let in, by connection (see connection_gate.h).
   PeerTable peers;
+  const StepChannelOptions channel_options =
+      StepChannelOptionsFromFlags(*access);
+  if (absl::Status st = StepChannels::ValidateOptions(channel_options);
+      !st.ok()) {
+    LOG_ERROR("bad configuration: %s", st.ToString());
+    return kExitConfigError;
+  }
+  if (absl::Status st = StepChannels::CleanupStale(channel_options.shm_prefix);
+      !st.ok()) {
+    LOG_WARNING("step channels: %s", st.ToString());
+  }
+  StepChannels channels(cache->get(), channel_options, rpc_observer);
   StateCacheGrpcService scheduler_service(cache->get(), &events, rpc_observer,
                                           &calls, &peers);
+  scheduler_service.SetStepChannels(&channels);
   // Step messages live in one arena per call (see arena_allocator.h).
   ArenaMessageAllocator<v1::StepRequest, v1::StepResponse> step_allocator;
   scheduler_service.SetMessageAllocatorFor_Step(&step_allocator);
@@ -274,6 +287,8 @@ int Serve() {
   (*serving)->SetHealth(false);
   (*serving)->Drain(calls, absl::GetFlag(FLAGS_shutdown_grace));
   maintenance.Stop();
+  // The channels' Steps end with gRPC's: their clients see `closed`.
+  channels.CloseAll();
   serving->reset();
   if (keeper != nullptr) {
     // No Step runs any more: what the next daemon restores is final.

@@ -90,19 +90,19 @@ inline constexpr size_t kHeaderBytes = 64;  // RequestHeader, ReplyHeader
 //   client_waiting: 1 while the client sleeps on reply_seq.
 // The two sides' words sit on their own cache lines.
 namespace control {
-inline constexpr size_t kMagic = 0;           // uint64
-inline constexpr size_t kVersion = 8;         // uint32
-inline constexpr size_t kControlBytes = 12;   // uint32 (256)
-inline constexpr size_t kRequestOffset = 16;  // uint64
-inline constexpr size_t kRequestBytes = 24;   // uint64
-inline constexpr size_t kReplyOffset = 32;    // uint64
-inline constexpr size_t kReplyBytes = 40;     // uint64
-inline constexpr size_t kHeartbeat = 48;      // uint64
-inline constexpr size_t kHeartbeatMs = 56;    // uint32
-inline constexpr size_t kClosed = 60;         // uint32
-inline constexpr size_t kRequestSeq = 64;     // uint32
-inline constexpr size_t kDaemonWaiting = 68;  // uint32
-inline constexpr size_t kReplySeq = 128;      // uint32
+inline constexpr size_t kMagic = 0;            // uint64
+inline constexpr size_t kVersion = 8;          // uint32
+inline constexpr size_t kControlBytes = 12;    // uint32 (256)
+inline constexpr size_t kRequestOffset = 16;   // uint64
+inline constexpr size_t kRequestBytes = 24;    // uint64
+inline constexpr size_t kReplyOffset = 32;     // uint64
+inline constexpr size_t kReplyBytes = 40;      // uint64
+inline constexpr size_t kHeartbeat = 48;       // uint64
+inline constexpr size_t kHeartbeatMs = 56;     // uint32
+inline constexpr size_t kClosed = 60;          // uint32
+inline constexpr size_t kRequestSeq = 64;      // uint32
+inline constexpr size_t kDaemonWaiting = 68;   // uint32
+inline constexpr size_t kReplySeq = 128;       // uint32
 inline constexpr size_t kClientWaiting = 132;  // uint32
 }  // namespace control
 
@@ -172,8 +172,8 @@ absl::Status ReadStepRequest(const char* area, size_t bytes,
 // The reply to a Step, as one buffer (header and columns): the whole
 // Step's refusal when !status.ok(), else `response`'s packed results.
 // `out` is replaced (its capacity reused).
-void EncodeReply(const absl::Status& status,
-                 const v1::StepResponse& response, std::string* out);
+void EncodeReply(const absl::Status& status, const v1::StepResponse& response,
+                 std::string* out);
 
 // Parses a whole reply (`reply`, total_bytes long) into `response`
 // (replaced) and the whole Step's status (returned). A reply that does not
@@ -184,21 +184,23 @@ absl::Status DecodeReply(std::string_view reply, v1::StepResponse* response);
 // The control block's word at `offset` (see control::), as an atomic.
 // REQUIRES: `base` is the mapping's start.
 inline std::atomic_ref<uint32_t> Word(char* base, size_t offset) {
-  return std::atomic_ref<uint32_t>(
-      *reinterpret_cast<uint32_t*>(base + offset));
+  return std::atomic_ref<uint32_t>(*reinterpret_cast<uint32_t*>(base + offset));
 }
 inline std::atomic_ref<uint64_t> Word64(char* base, size_t offset) {
-  return std::atomic_ref<uint64_t>(
-      *reinterpret_cast<uint64_t*>(base + offset));
+  return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(base + offset));
+}
+
+// The control block's word at `offset`, as a pointer for the futex calls.
+inline uint32_t* WordAddress(char* base, size_t offset) {
+  return reinterpret_cast<uint32_t*>(base + offset);
 }
 
 // FUTEX_WAIT (shared) on `word` while it holds `expected`, for at most
-// `timeout`; returns when woken, on timeout, or at once when it no longer
-// holds `expected`.
-void FutexWait(std::atomic_ref<uint32_t> word, uint32_t expected,
-               absl::Duration timeout);
+// `timeout`; returns when woken, on timeout, on a signal, or at once when it
+// no longer holds `expected`: the caller looks again in every case.
+void FutexWait(uint32_t* word, uint32_t expected, absl::Duration timeout);
 // FUTEX_WAKE (shared): wakes every waiter on `word`.
-void FutexWake(std::atomic_ref<uint32_t> word);
+void FutexWake(uint32_t* word);
 
 }  // namespace statecache::step_channel
 

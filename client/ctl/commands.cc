@@ -192,12 +192,14 @@ void PrintStatsTables(const DaemonStats& s) {
   }
   std::cout << "sessions\n";
   fields.Shown({"sessions", "requests", "lease_expiries", "sessions_evicted",
-                "draining"});
+                "draining", "step_channels_open", "step_channels_opened"});
   PrintTable({{"attached", absl::StrCat(s.sessions)},
               {"requests", absl::StrCat(s.requests)},
               {"lease expiries", absl::StrCat(s.lease_expiries)},
               {"evicted", absl::StrCat(s.sessions_evicted)},
-              {"draining", s.draining ? "yes" : "no"}},
+              {"draining", s.draining ? "yes" : "no"},
+              {"step channels open", absl::StrCat(s.step_channels_open)},
+              {"step channels opened", absl::StrCat(s.step_channels_opened)}},
              "  ");
   const std::vector<StatsField> rest = fields.Unshown();
   if (rest.empty()) return;

@@ -387,6 +387,24 @@ grpc::ServerUnaryReactor* StateCacheGrpcService::Ping(
                      start);
 }
 
+grpc::ServerUnaryReactor* StateCacheGrpcService::OpenStepChannel(
+    grpc::CallbackServerContext* context,
+    const v1::OpenStepChannelRequest* request,
+    v1::OpenStepChannelResponse* response) {
+  const absl::Time start = absl::Now();
+  const absl::Status status =
+      channels_ == nullptr
+          ? absl::FailedPreconditionError(
+                "this server has no step channels: use Step")
+          : channels_->Open(*request, response, ResolvePeer(*context, peers_));
+  if (log::Verbosity() >= 1) {
+    LogCall("OpenStepChannel", context, start, status,
+            absl::StrCat("session=", request->session_id()));
+  }
+  return FinishUnary(context, status, observer_, RpcMethod::kOpenStepChannel,
+                     start);
+}
+
 // ================================================================ operator
 
 StateCacheAdminGrpcService::StateCacheAdminGrpcService(StateCache* cache,
@@ -483,6 +501,10 @@ const char* RpcMethodName(RpcMethod method) {
       return "StepStream";
     case RpcMethod::kPing:
       return "Ping";
+    case RpcMethod::kOpenStepChannel:
+      return "OpenStepChannel";
+    case RpcMethod::kStepChannel:
+      return "StepChannel";
     case RpcMethod::kGetStats:
       return "GetStats";
     case RpcMethod::kListSessions:

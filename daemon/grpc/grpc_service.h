@@ -23,6 +23,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "daemon/channel/step_channels.h"
 #include "daemon/grpc/call_tracker.h"
 #include "daemon/grpc/rpc_observer.h"
 #include "daemon/grpc/session_event_log.h"
@@ -50,6 +51,10 @@ class StateCacheGrpcService final : public v1::StateCache::CallbackService {
                         CallTracker* calls = nullptr,
                         const PeerTable* peers = nullptr);
 
+  // Serves OpenStepChannel through `channels` (not owned; outlives every
+  // call). Without it OpenStepChannel is FAILED_PRECONDITION.
+  void SetStepChannels(StepChannels* channels) { channels_ = channels; }
+
   grpc::ServerUnaryReactor* Attach(grpc::CallbackServerContext* context,
                                    const v1::AttachRequest* request,
                                    v1::AttachResponse* response) override;
@@ -67,6 +72,10 @@ class StateCacheGrpcService final : public v1::StateCache::CallbackService {
   grpc::ServerUnaryReactor* Ping(grpc::CallbackServerContext* context,
                                  const v1::PingRequest* request,
                                  v1::PingResponse* response) override;
+  grpc::ServerUnaryReactor* OpenStepChannel(
+      grpc::CallbackServerContext* context,
+      const v1::OpenStepChannelRequest* request,
+      v1::OpenStepChannelResponse* response) override;
 
  private:
   StateCache* const cache_;
@@ -74,6 +83,7 @@ class StateCacheGrpcService final : public v1::StateCache::CallbackService {
   RpcObserver* const observer_;
   CallTracker* const calls_;
   const PeerTable* const peers_;
+  StepChannels* channels_ = nullptr;
 };
 
 class StateCacheAdminGrpcService final

@@ -18,6 +18,8 @@ enum class RpcMethod {
   kStep,
   kStepStream,  // one per message
   kPing,
+  kOpenStepChannel,
+  kStepChannel,  // one per Step served on a step channel (daemon/channel)
   kGetStats,
   kListSessions,
   kResize,

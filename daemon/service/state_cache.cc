@@ -324,6 +324,26 @@ absl::Status StateCache::KeepAlive(const v1::KeepAliveRequest& request,
   return absl::OkStatus();
 }
 
+absl::Status StateCache::CheckSession(const std::string& session_id,
+                                      const Peer& peer) {
+  absl::MutexLock lock(&mu_);
+  return FindSession(session_id, peer).status();
+}
+
+bool StateCache::SessionAttached(const std::string& session_id) const {
+  absl::MutexLock lock(&mu_);
+  return sessions_.Get(session_id) != nullptr;
+}
+
+void StateCache::CountStepChannel(bool opened) {
+  absl::MutexLock lock(&mu_);
+  counters_.set_step_channels_open(counters_.step_channels_open() +
+                                   (opened ? 1 : -1));
+  if (opened) {
+    counters_.set_step_channels_opened(counters_.step_channels_opened() + 1);
+  }
+}
+
 absl::Status StateCache::EvictSession(const v1::EvictSessionRequest& request,
                                       v1::EvictSessionResponse* response,
                                       const Peer& peer) {

@@ -221,6 +221,23 @@ class StateCache {
                     const Peer& peer = Peer::InProcess())
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  // ------------------------------------------------------- step channels
+  //
+  // The step channels (daemon/channel/step_channels.h) are a transport like
+  // the gRPC adapter: they run Steps through Step() and keep no policy.
+  // These let them bind a channel to a session and report to GetStats.
+
+  // OK when session `session_id` is attached and `peer`'s; renews its lease
+  // as any call does. Errors: as KeepAlive's.
+  absl::Status CheckSession(const std::string& session_id, const Peer& peer)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether session `session_id` is still attached (without renewing it).
+  bool SessionAttached(const std::string& session_id) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // A step channel opened (`opened`) or closed: GetStats'
+  // step_channels_open and step_channels_opened.
+  void CountStepChannel(bool opened) ABSL_LOCKS_EXCLUDED(mu_);
+
   // ----------------------------------------------------------- operator
   //
   // All but GetStats are PERMISSION_DENIED, changing nothing, to a peer

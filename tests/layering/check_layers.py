@@ -55,6 +55,8 @@ def layer_of(path):
                           ("proto/", "proto"),
                           ("daemon/service/", "service"),
                           ("daemon/grpc/", "adapter"),
+                          # The step channel: a transport beside gRPC's.
+                          ("daemon/channel/", "adapter"),
                           ("daemon/metrics/", "metrics"),
                           ("client/", "client")):
         if path.startswith(prefix):
