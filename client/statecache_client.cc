@@ -17,6 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "client/from_proto.h"
+#include "client/step_channel_client.h"
 #include "proto/message_arena.h"
 #include "proto/packed_codec.h"
 #include "proto/statecache/v1/statecache.grpc.pb.h"
@@ -546,6 +547,12 @@ struct Client::Impl {
       ABSL_GUARDED_BY(stream_mu);
   std::unique_ptr<StepStreamRpc> stream ABSL_GUARDED_BY(stream_mu);
   std::string stream_session ABSL_GUARDED_BY(stream_mu);
+
+  // The session's step channel (AttachOptions::transport); one pass at a
+  // time. Taken before `mu`.
+  absl::Mutex channel_mu ABSL_ACQUIRED_BEFORE(mu);
+  std::unique_ptr<StepChannelClient> step_channel ABSL_GUARDED_BY(channel_mu);
+  uint64_t step_channel_generation ABSL_GUARDED_BY(channel_mu) = 0;
 };
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(std::string address,
@@ -610,6 +617,39 @@ absl::StatusOr<SessionInfo> Client::Attach(const ModelIdentity& identity,
   absl::Status status =
       FromGrpcStatus(impl.stub->Attach(&context, request, &response));
 
+  // The channel is opened before the session is published (no lock is held
+  // across its call), and handed over under channel_mu after it.
+  std::unique_ptr<StepChannelClient> channel;
+  std::string transport_note;
+  if (status.ok() && options.transport != AttachOptions::Transport::kGrpc) {
+    absl::StatusOr<std::unique_ptr<StepChannelClient>> opened =
+        IsUnixAddress(impl.address)
+            ? StepChannelClient::Open(*impl.stub, response.session_id(),
+                                      impl.options.rpc_timeout)
+            : absl::FailedPreconditionError(
+                  "a step channel needs the daemon's Unix socket; this client "
+                  "is connected over TCP");
+    if (opened.ok()) {
+      channel = *std::move(opened);
+    } else if (options.transport == AttachOptions::Transport::kChannel) {
+      v1::DetachRequest detach;
+      detach.set_session_id(response.session_id());
+      v1::DetachResponse detached;
+      grpc::ClientContext detach_context;
+      impl.SetDeadline(detach_context);
+      // The session is of no use without its channel; the error that
+      // matters is the channel's.
+      FromGrpcStatus(impl.stub->Detach(&detach_context, detach, &detached))
+          .IgnoreError();
+      status = absl::Status(
+          opened.status().code(),
+          absl::StrCat("no step channel: ", opened.status().message()));
+    } else {
+      transport_note = std::string(opened.status().message());
+    }
+  }
+
+  absl::MutexLock channel_lock(&impl.channel_mu);
   absl::MutexLock lock(&impl.mu);
   impl.attaching = false;
   if (!status.ok()) return status;
@@ -624,6 +664,8 @@ absl::StatusOr<SessionInfo> Client::Attach(const ModelIdentity& identity,
       .handle = response.handle(),
       .placement_advised = response.placement_advised(),
       .eviction = response.eviction(),
+      .transport = channel != nullptr ? "channel" : "grpc",
+      .transport_note = std::move(transport_note),
       .state_memory = response.has_memory()
                           ? response.memory().SerializeAsString()
                           : std::string()};
@@ -635,11 +677,17 @@ absl::StatusOr<SessionInfo> Client::Attach(const ModelIdentity& identity,
   if (impl.options.keepalive && !impl.keepalive_thread.joinable()) {
     impl.keepalive_thread = std::thread([&impl] { impl.KeepAliveLoop(); });
   }
+  impl.step_channel = std::move(channel);
+  impl.step_channel_generation = impl.generation;
   return info;
 }
 
 absl::StatusOr<int32_t> Client::Detach() {
   Impl& impl = *impl_;
+  {
+    absl::MutexLock lock(&impl.channel_mu);
+    impl.step_channel.reset();  // kClose: the daemon lets it go at once
+  }
   v1::DetachRequest request;
   {
     absl::MutexLock lock(&impl.mu);
@@ -682,6 +730,24 @@ absl::StatusOr<StepResults> Client::Step(const StepBuilder& step) {
   auto current = impl_->CurrentSession();
   if (!current.ok()) return current.status();
   const auto& [id, gen] = *current;
+  {
+    absl::MutexLock lock(&impl_->channel_mu);
+    if (impl_->step_channel != nullptr &&
+        impl_->step_channel_generation == gen) {
+      v1::StepResponse response;
+      absl::StatusOr<StepChannelClient::Sent> sent =
+          impl_->step_channel->Step(step.rep_->packed, &response);
+      if (!sent.ok()) {
+        impl_->NoteOutcome(gen, sent.status());
+        return sent.status();
+      }
+      if (*sent == StepChannelClient::Sent::kAnswered) {
+        impl_->NoteOutcome(gen, absl::OkStatus());
+        return FromProto(response, step.rep_->packed.kinds());
+      }
+      // Not sent (too big, or the channel closed before it ran): gRPC.
+    }
+  }
   StepMessages messages(step.rep_->packed, id);
   grpc::ClientContext context;
   impl_->SetDeadline(context);
@@ -694,6 +760,21 @@ absl::StatusOr<StepResults> Client::Step(const StepBuilder& step) {
 
 absl::StatusOr<StepResults> Client::StepStreamed(const StepBuilder& step) {
   return impl_->StepStreamed(step);
+}
+
+std::string Client::transport() const {
+  absl::MutexLock lock(&impl_->channel_mu);
+  return impl_->step_channel != nullptr && !impl_->step_channel->closed()
+             ? "channel"
+             : "grpc";
+}
+
+absl::Status Client::PingChannel() {
+  absl::MutexLock lock(&impl_->channel_mu);
+  if (impl_->step_channel == nullptr) {
+    return absl::FailedPreconditionError("no step channel open");
+  }
+  return impl_->step_channel->Ping();
 }
 
 absl::Status Client::Ping() {

@@ -130,6 +130,17 @@ struct AttachOptions {
   // AttachRequest.advise_placement in statecache.proto).
   // SessionInfo::placement_advised says whether the daemon gives it.
   bool advise_placement = false;
+  // How Client::Step reaches the daemon:
+  //   kAuto:    a step channel (Steps through shared memory, no gRPC on
+  //             the way; proto/step_channel.h) when the client is on the
+  //             daemon's Unix socket and the daemon grants one, else gRPC;
+  //   kGrpc:    always the Step RPC;
+  //   kChannel: a step channel, or Attach fails (and detaches).
+  // SessionInfo::transport says which one is in use, and why not the
+  // channel. A pass too big for the channel's request area, and every pass
+  // after the daemon closed the channel, goes over gRPC.
+  enum class Transport { kAuto, kGrpc, kChannel };
+  Transport transport = Transport::kAuto;
 };
 
 // What Attach returns.
@@ -149,6 +160,10 @@ struct SessionInfo {
   bool placement_advised = false;
   // Which checkpoint a shortage spends: "lru" or "second-chance".
   std::string eviction;
+  // "channel" or "grpc": how Step reaches the daemon (AttachOptions).
+  std::string transport;
+  // Why not the channel, when transport is "grpc" under kAuto.
+  std::string transport_note;
   // The state memory, as a serialized statecache.v1.StateMemory; empty when
   // the daemon keeps none. RegionFromStateMemory (client/state_memory.h)
   // turns it into the typed view (layout, every placement) that
@@ -405,16 +420,24 @@ class Client {
   // lease; Attach again.
   bool lease_lost() const;
 
-  // Runs one step as a unary call. REQUIRES: attached.
+  // Runs one step: through the session's step channel when it has one
+  // (AttachOptions::transport), else as a unary call. REQUIRES: attached.
   // Errors (whole step refused): NOT_FOUND (session gone: lease_lost() turns
-  // true), INVALID_ARGUMENT (too many operations, empty step).
+  // true), INVALID_ARGUMENT (too many operations, empty step); UNAVAILABLE
+  // (the daemon went away, the pass may or may not have run).
   absl::StatusOr<StepResults> Step(const StepBuilder& step);
   // The same over one long-lived StepStream (opened on first use, reopened
-  // after a failure or a new session): the lowest-latency path.
+  // after a failure or a new session): the lowest-latency gRPC path.
   absl::StatusOr<StepResults> StepStreamed(const StepBuilder& step);
+  // "channel" while Step goes through a step channel, else "grpc" (the
+  // channel was never opened, or the daemon closed it).
+  std::string transport() const;
 
   // Round trip that does nothing.
   absl::Status Ping();
+  // The step channel's bare round trip (an empty request and reply through
+  // shared memory). Errors: FAILED_PRECONDITION without an open channel.
+  absl::Status PingChannel();
 
   // ----------------------------------------------------------- operator
 

@@ -61,9 +61,17 @@ struct Conversation {
   int64_t anchor_slot = -1;
 };
 
-class SchedulerTest : public ::testing::TestWithParam<bool> {
+// How the test's Steps travel: unary Step, StepStream, or a step channel.
+enum class Transport { kStep, kStepStream, kChannel };
+
+class SchedulerTest : public ::testing::TestWithParam<Transport> {
  protected:
-  bool streamed() const { return GetParam(); }
+  bool streamed() const { return GetParam() == Transport::kStepStream; }
+  AttachOptions Options() const {
+    return AttachOptions{.transport = GetParam() == Transport::kChannel
+                                          ? AttachOptions::Transport::kChannel
+                                          : AttachOptions::Transport::kGrpc};
+  }
 
   void SetUp() override {
     auto daemon = DaemonProcess::Start(
@@ -145,8 +153,11 @@ class SchedulerTest : public ::testing::TestWithParam<bool> {
 };
 
 TEST_P(SchedulerTest, MultiTurnConversationsResumeFromTheirCheckpoints) {
-  auto session = client_->Attach(TestIdentity(), "it-scheduler");
+  auto session = client_->Attach(TestIdentity(), "it-scheduler", Options());
   ASSERT_TRUE(session.ok()) << session.status();
+  EXPECT_EQ(session->transport,
+            GetParam() == Transport::kChannel ? "channel" : "grpc");
+  EXPECT_EQ(client_->transport(), session->transport);
   EXPECT_EQ(session->num_slots, kSlots);
   EXPECT_EQ(session->transfer.kind, "fork");
   EXPECT_TRUE(session->transfer.readable_midstep);
@@ -412,10 +423,21 @@ TEST_P(SchedulerTest, MultiTurnConversationsResumeFromTheirCheckpoints) {
   EXPECT_EQ(stats->indexed_hashes, static_cast<int64_t>(filed_.size()));
 }
 
-INSTANTIATE_TEST_SUITE_P(Transport, SchedulerTest, ::testing::Bool(),
-                         [](const ::testing::TestParamInfo<bool>& param_info) {
-                           return param_info.param ? "StepStream" : "Step";
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Transport, SchedulerTest,
+    ::testing::Values(Transport::kStep, Transport::kStepStream,
+                      Transport::kChannel),
+    [](const ::testing::TestParamInfo<Transport>& param_info) {
+      switch (param_info.param) {
+        case Transport::kStep:
+          return "Step";
+        case Transport::kStepStream:
+          return "StepStream";
+        case Transport::kChannel:
+          return "StepChannel";
+      }
+      return "unknown";
+    });
 
 // ------------------------------------------------------------ StepStream
 

@@ -30,8 +30,10 @@ import struct
 from dataclasses import dataclass, fields
 from typing import Any, Callable, Iterable, Sequence
 
+import numpy as np
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
+from ._columns import OperationColumns, ResultColumns
 from ._errors import Internal
 from ._proto import pb as _pb
 
@@ -40,8 +42,8 @@ __all__ = [
     "LATE_FIELD_NUMBER", "HASH_NAMES", "KINDS",
     "Entry", "place", "layout", "late_fields",
     "operation_message", "result_message",
-    "encode_operations", "step_request_prefix", "step_request",
-    "ResultDecoder",
+    "encode_operations", "encode_columns", "result_columns",
+    "step_request_prefix", "step_request", "ResultDecoder",
 ]
 
 # ------------------------------------------------------------------ the rule
@@ -256,6 +258,57 @@ def encode_operations(kinds: Sequence[int], ids: Sequence[str],
     return b"".join(parts)
 
 
+def encode_columns(columns: OperationColumns) -> bytes:
+    """PackedOperations' wire bytes for `columns` (see
+    :class:`OperationColumns`; :meth:`OperationColumns.check` is the
+    caller's to have run).
+
+    The args' varints are written through the same cache as
+    :func:`encode_operations` (faster here than computing them with numpy
+    over a pass's few hundred small values); the hashes are the int64
+    column's bytes as they are.
+    """
+    parts = []
+    kinds = columns.kinds
+    if len(kinds):
+        if int(kinds.max()) < 0x80:
+            parts.append(_field(_KINDS_TAG, kinds.astype(np.uint8).tobytes()))
+        else:
+            parts.append(_field(_KINDS_TAG,
+                                b"".join(map(_varint, kinds.tolist()))))
+    lengths = columns.request_id_lengths
+    if len(lengths):
+        parts.append(_field(_IDS_TAG, bytes(columns.request_ids)))
+        if int(lengths.max()) < 0x80:
+            parts.append(_field(_LENGTHS_TAG,
+                                lengths.astype(np.uint8).tobytes()))
+        else:
+            parts.append(_field(_LENGTHS_TAG,
+                                b"".join(map(_varint, lengths.tolist()))))
+    if len(columns.args):
+        parts.append(_field(_ARGS_TAG,
+                            b"".join(map(_varint_of, columns.args.tolist()))))
+    if len(columns.hashes):
+        parts.append(_field(_HASHES_TAG,
+                            columns.hashes.astype("<i8", copy=False)
+                            .tobytes()))
+    return b"".join(parts)
+
+
+def result_columns(packed: Any, epoch: int) -> ResultColumns:
+    """PackedResults `packed` (a parsed message) and the response's
+    `epoch` as a :class:`ResultColumns`."""
+    return ResultColumns(
+        codes=np.array(packed.codes, np.uint32),
+        messages=list(packed.messages),
+        values=np.array(packed.values, np.int64),
+        late_values=np.array(packed.late_values, np.int64),
+        hashes=np.array(packed.hashes, np.int64),
+        request_ids=packed.request_ids,
+        request_id_lengths=np.array(packed.request_id_lengths, np.uint32),
+        epoch=epoch)
+
+
 def step_request_prefix(session_id: str) -> bytes:
     """StepRequest's session_id field, to put before its packed field."""
     return _field(_SESSION_TAG, session_id.encode())
@@ -271,15 +324,21 @@ def step_request(prefix: bytes, packed: bytes) -> bytes:
 # ------------------------------------------------------------------ decoding
 
 
+def _as_list(column: Any) -> list:
+    """A column's values as a list of plain ints (numpy's as ints, not
+    numpy scalars)."""
+    return column.tolist() if isinstance(column, np.ndarray) else list(column)
+
+
 class _Columns:
-    """Cursors over PackedResults' request id and hash columns."""
+    """Cursors over the results' request id and hash columns."""
 
     __slots__ = ("ids", "lengths", "hashes", "id", "offset", "hash")
 
     def __init__(self, packed: Any) -> None:
-        self.ids = packed.request_ids
-        self.lengths = packed.request_id_lengths
-        self.hashes = packed.hashes
+        self.ids = bytes(packed.request_ids)
+        self.lengths = _as_list(packed.request_id_lengths)
+        self.hashes = _as_list(packed.hashes)
         self.id = 0
         self.offset = 0
         self.hash = 0
@@ -448,17 +507,18 @@ class ResultDecoder:
         return row, at
 
     def decode(self, kinds: Sequence[int], packed: Any) -> list:
-        """The results of a packed step (PackedResults `packed`) for the
-        operations `kinds`, one dataclass each, in order.
+        """The results of a packed step for the operations `kinds`, one
+        dataclass each, in order. `packed` is a :class:`ResultColumns` or a
+        parsed PackedResults (any object with their columns).
 
         Raises Internal when `packed` does not follow the layout rule for
         these kinds."""
-        codes = list(packed.codes)
+        codes = _as_list(packed.codes)
         if len(codes) != len(kinds):
             raise Internal("packed results carry %d codes for %d operations"
                            % (len(codes), len(kinds)))
-        values = list(packed.values)
-        late_values = list(packed.late_values)
+        values = _as_list(packed.values)
+        late_values = _as_list(packed.late_values)
         messages = packed.messages
         columns = _Columns(packed)
         plans = self._plans
