@@ -232,8 +232,12 @@ def make_trip(client, ops, kind):
 def protobuf_request(session_id, builder):
     """The StepRequest send() writes, serialised by protobuf's Python API
     from the builder's columns instead (for comparison)."""
+    columns = builder.columns()
     return pb.StepRequest(session_id=session_id, packed=pb.PackedOperations(
-        **builder.columns())).SerializeToString()
+        kinds=columns.kinds.tolist(), request_ids=columns.request_ids,
+        request_id_lengths=columns.request_id_lengths.tolist(),
+        args=columns.args.tolist(),
+        hashes=columns.hashes.tolist())).SerializeToString()
 
 
 def breakdown(client, n):

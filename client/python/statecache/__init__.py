@@ -100,6 +100,9 @@ from ._step import (AdmitResult, AdoptForkSourceResult, BeginPassResult,
                     MidstepPosition, PublishResult, Reservation,
                     ReserveResult, ReleaseResult, ResumableHitResult,
                     SlotMove, SnapshotResult, StepBuilder, UnindexResult)
+from ._columnar import (Batch, BatchResult, ColumnarResults, ColumnarStep,
+                        Lists, RecordLists, RequestIds)
+from ._columns import OperationColumns, ResultColumns
 from ._client import (Admin, Client, DrainResult, Identity, ResizeResult,
                       Session, SessionInfo, Stats, StepStream, TlsConfig,
                       TransferConfig, WarmRestart, default_address)
@@ -117,6 +120,9 @@ __all__ = [
     # connection, session, pass
     "connect", "default_address", "TlsConfig", "Client", "Session",
     "StepStream", "StepBuilder", "Admin",
+    # columnar passes
+    "ColumnarStep", "Batch", "RequestIds", "ColumnarResults", "BatchResult",
+    "Lists", "RecordLists", "OperationColumns", "ResultColumns",
     # plain values
     "Identity", "TransferConfig", "Stats", "WarmRestart", "SessionInfo",
     "ResizeResult", "DrainResult", "MidstepPosition",

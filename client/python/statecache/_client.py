@@ -16,12 +16,15 @@ import grpc
 from . import _errors
 from ._errors import (EpochChanged, Error, LeaseLost, NotFound, Unavailable,
                       error_for, from_rpc_error)
+from ._columnar import ColumnarStep
+from ._columns import OperationColumns, ResultColumns
 from ._memory import StateMemory
 from ._proto import pb as _pb
 from ._proto import pb_grpc as _pb_grpc
-from ._packed import step_request, step_request_prefix
+from ._packed import (encode_columns, encode_operations, result_columns,
+                      step_request, step_request_prefix)
 from ._stats import NESTED, Identity, Stats, TransferConfig, WarmRestart
-from ._step import Result, StepBuilder, decode_results
+from ._step import Result, StepBuilder, StepSender, decode_results
 
 
 __all__ = [
@@ -34,6 +37,7 @@ __all__ = [
     "Identity",
     "TransferConfig",
     "Stats",
+    "WarmRestart",
     "SessionInfo",
     "ResizeResult",
     "DrainResult",
@@ -463,7 +467,7 @@ class Client:
 # ------------------------------------------------------------ Session
 
 
-class Session:
+class Session(StepSender):
     """One attached scheduler session (from :meth:`Client.attach`).
 
     A context manager: leaving the ``with`` block detaches (releasing every
@@ -566,7 +570,13 @@ class Session:
     def step(self) -> StepBuilder:
         """A new :class:`StepBuilder` whose ``send()`` runs it as one unary
         Step (always in the packed form)."""
-        return StepBuilder(self._send_unary)
+        return StepBuilder(self)
+
+    def columns(self) -> ColumnarStep:
+        """A new :class:`ColumnarStep` (operations added by columns, results
+        read as numpy arrays) whose ``send()`` runs it as one unary
+        Step."""
+        return ColumnarStep(self.send_columns)
 
     def stream(self) -> StepStream:
         """A :class:`StepStream` over one long-lived StepStream call (no
@@ -575,7 +585,40 @@ class Session:
         through a thread of grpc's). Use it as a context manager."""
         return StepStream(self)
 
-    def _send_unary(self, packed: bytes, kinds: list[int]) -> list[Result]:
+    def send_columns(self, columns: OperationColumns) -> ResultColumns:
+        """Runs one Step of the operations `columns` and returns their
+        result columns: what both builders' ``send()`` do underneath, for
+        a caller that fills the columns itself.
+
+        Raises as :meth:`StepBuilder.send` (nothing applied): LeaseLost /
+        EpochChanged, InvalidArgument, ResourceExhausted, Unavailable,
+        DeadlineExceeded; TypeError / ValueError for columns that are not
+        an :class:`OperationColumns` of the right dtypes.
+        """
+        columns.check()
+        response = self._send_packed(encode_columns(columns))
+        return result_columns(response.packed_results, response.epoch)
+
+    # The StepBuilder's transport (StepSender). Over gRPC its lists are
+    # encoded to PackedOperations' bytes and the PackedResults decoded into
+    # dataclasses directly: numpy columns in between would only add a
+    # conversion each way.
+
+    def encode_step(self, kinds: list[int], ids: list[str],
+                    args: list[int], hashes: list[int]) -> Any:
+        """See :class:`StepSender`."""
+        return encode_operations(kinds, ids, args, hashes)
+
+    def send_step(self, request: Any, kinds: list[int]) -> list[Result]:
+        """See :class:`StepSender`."""
+        if isinstance(request, OperationColumns):
+            return decode_results(kinds, self.send_columns(request))
+        return decode_results(kinds, self._send_packed(request)
+                              .packed_results)
+
+    def _send_packed(self, packed: bytes) -> Any:
+        """One unary Step of PackedOperations' bytes `packed`: its
+        StepResponse."""
         if self._lost is not None:
             raise self._lost()
         request = step_request(self._request_prefix, packed)
@@ -587,7 +630,7 @@ class Session:
         if response.epoch != self.epoch:
             raise self._lose(response.epoch, "Step answered")
         self._last_renewed = time.monotonic()
-        return decode_results(kinds, response.packed_results)
+        return response
 
     # ---- the lease
 
@@ -713,7 +756,7 @@ class Session:
 # ------------------------------------------------------------ StepStream
 
 
-class StepStream:
+class StepStream(StepSender):
     """Steps over one StepStream call, one message in flight at a time
     (from :meth:`Session.stream`; use it as a context manager: closing
     half-closes the stream).
@@ -743,7 +786,12 @@ class StepStream:
     def step(self) -> StepBuilder:
         """A new :class:`StepBuilder` whose ``send()`` goes over this
         stream."""
-        return StepBuilder(self._send)
+        return StepBuilder(self)
+
+    def columns(self) -> ColumnarStep:
+        """A new :class:`ColumnarStep` whose ``send()`` goes over this
+        stream."""
+        return ColumnarStep(self.send_columns)
 
     def _open(self) -> None:
         requests = queue.SimpleQueue()
@@ -770,7 +818,23 @@ class StepStream:
         if not done.wait(self._session._client.timeout):
             call.cancel()
 
-    def _send(self, packed: bytes, kinds: list[int]) -> list[Result]:
+    def send_columns(self, columns: OperationColumns) -> ResultColumns:
+        """As :meth:`Session.send_columns`, over this stream."""
+        columns.check()
+        response = self._send_packed(encode_columns(columns))
+        return result_columns(response.packed_results, response.epoch)
+
+    def encode_step(self, kinds: list[int], ids: list[str],
+                    args: list[int], hashes: list[int]) -> Any:
+        """See :class:`StepSender`."""
+        return encode_operations(kinds, ids, args, hashes)
+
+    def send_step(self, request: Any, kinds: list[int]) -> list[Result]:
+        """See :class:`StepSender`."""
+        return decode_results(kinds, self._send_packed(request)
+                              .packed_results)
+
+    def _send_packed(self, packed: bytes) -> Any:
         session = self._session
         with self._lock:
             if self._closed:
@@ -797,7 +861,7 @@ class StepStream:
         if response.epoch != session.epoch:
             raise session._lose(response.epoch, "StepStream answered")
         session._last_renewed = time.monotonic()
-        return decode_results(kinds, response.packed_results)
+        return response
 
     def close(self) -> None:
         """Half-closes the stream; the session stays attached."""

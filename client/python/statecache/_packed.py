@@ -298,14 +298,17 @@ def encode_columns(columns: OperationColumns) -> bytes:
 def result_columns(packed: Any, epoch: int) -> ResultColumns:
     """PackedResults `packed` (a parsed message) and the response's
     `epoch` as a :class:`ResultColumns`."""
+    def column(field: Any, dtype: type) -> np.ndarray:
+        return np.fromiter(field, dtype, len(field))
+
     return ResultColumns(
-        codes=np.array(packed.codes, np.uint32),
+        codes=column(packed.codes, np.uint32),
         messages=list(packed.messages),
-        values=np.array(packed.values, np.int64),
-        late_values=np.array(packed.late_values, np.int64),
-        hashes=np.array(packed.hashes, np.int64),
+        values=column(packed.values, np.int64),
+        late_values=column(packed.late_values, np.int64),
+        hashes=column(packed.hashes, np.int64),
         request_ids=packed.request_ids,
-        request_id_lengths=np.array(packed.request_id_lengths, np.uint32),
+        request_id_lengths=column(packed.request_id_lengths, np.uint32),
         epoch=epoch)
 
 

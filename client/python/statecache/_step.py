@@ -10,25 +10,32 @@ it against the proto's descriptors.
 
 The builder appends each operation's fields to the columns of the packed
 form (PackedOperations: kinds, request ids, args, hashes) by the layout rule
-in statecache.proto, a few list appends per operation; :mod:`._packed`
-encodes the columns and decodes the results. Nothing here builds a protobuf
-message per operation.
+in statecache.proto, a few list appends per operation, and sends them as an
+:class:`OperationColumns` through the session's transport (gRPC or the step
+channel); :mod:`._packed` decodes the :class:`ResultColumns` that come back
+into one dataclass per result. Nothing here builds a protobuf message per
+operation. The columnar builder (:mod:`._columnar`) fills the same columns
+many operations at a time.
 """
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
-from typing import (Any, Callable, Collection, Iterable, Mapping, Sequence,
+from typing import (Any, Collection, Iterable, Mapping, Sequence,
                     TypeVar, Union)
 
+import numpy as np
+
+from ._columns import OperationColumns, encode_request_ids
 from ._errors import error_for
 from ._packed import KINDS, ResultDecoder, encode_operations
-# A StepRequest's bytes from a builder's encode(), for tools that send them
-# themselves (bench/python_step_bench.py, bench/e2e/replay.py).
-from ._packed import step_request, step_request_prefix  # noqa: F401
+from ._packed import step_request, step_request_prefix
 
 __all__ = [
     "StepBuilder",
+    "StepSender",
+    "operation_columns",
     "MidstepPosition",
     "SlotMove",
     "Reservation",
@@ -47,6 +54,10 @@ __all__ = [
     "ClearIndexResult",
     "CopyResult",
     "SnapshotResult",
+    # A StepRequest's bytes from a builder's encode(), for tools that send
+    # them themselves (bench/python_step_bench.py, bench/e2e/replay.py).
+    "step_request",
+    "step_request_prefix",
 ]
 
 # Operation's `kind` field numbers: the packed form's kinds.
@@ -318,13 +329,66 @@ _DECODER = ResultDecoder([
 
 # The result class of each kind, by kind number.
 RESULT_TYPES: dict[int, type] = _DECODER.result_types
+# Every result dataclass and list element dataclass, by message name.
+DATACLASSES: dict[str, type] = _DECODER.classes
 
 
 def decode_results(kinds: Sequence[int], packed: Any) -> list[Result]:
-    """The results of a packed step (PackedResults `packed`) for the
-    operations `kinds`, one dataclass each. Raises Internal when `packed`
-    does not follow the layout rule for these kinds."""
+    """The results of a packed step (a :class:`ResultColumns`, or a parsed
+    PackedResults) for the operations `kinds`, one dataclass each. Raises
+    Internal when `packed` does not follow the layout rule for these
+    kinds."""
     return _DECODER.decode(kinds, packed)
+
+
+def _int64_column(values: list[Any], what: str) -> np.ndarray:
+    """A builder's list of arguments as an int64 column. TypeError for an
+    element that is not an integer; `what` beyond int64: ValueError for
+    args, TypeError for hashes (as :func:`encode_operations`)."""
+    try:
+        return np.frombuffer(array("q", values), np.int64)
+    except OverflowError:
+        if what == "hashes":
+            raise TypeError("hashes must be integers in [-2**63, 2**63)") \
+                from None
+        raise ValueError("an operation argument is beyond int64") from None
+    except TypeError as e:
+        raise TypeError("an operation %s must be an integer: %s"
+                        % ("argument" if what == "args" else "hash", e)) \
+            from None
+
+
+def operation_columns(kinds: list[int], ids: list[str], args: list[int],
+                      hashes: list[int]) -> OperationColumns:
+    """A builder's lists (kinds, str request ids, args, hashes) as an
+    :class:`OperationColumns`. Raises TypeError (ValueError: an argument
+    beyond int64) for an element of the wrong type."""
+    data, lengths = encode_request_ids(ids)
+    return OperationColumns(
+        kinds=np.frombuffer(bytes(kinds), np.uint8).astype(np.uint32),
+        request_ids=data, request_id_lengths=lengths,
+        args=_int64_column(args, "args"),
+        hashes=_int64_column(hashes, "hashes"))
+
+
+class StepSender:
+    """Where a :class:`StepBuilder` sends its pass: a Session or a
+    StepStream, over its transport. Two halves, so that a builder whose
+    arguments do not encode is left as it was, and one whose request was
+    sent is empty whatever the answer."""
+
+    def encode_step(self, kinds: list[int], ids: list[str],
+                    args: list[int], hashes: list[int]) -> Any:
+        """The request for a builder's lists, in the form the transport
+        sends (PackedOperations' bytes for gRPC, an
+        :class:`OperationColumns` for the step channel). Raises TypeError /
+        ValueError for an argument of the wrong type or beyond int64."""
+        raise NotImplementedError
+
+    def send_step(self, request: Any, kinds: list[int]) -> list[Result]:
+        """Runs `request` (from :meth:`encode_step`) as one Step and
+        returns its results, one dataclass per operation of `kinds`."""
+        raise NotImplementedError
 
 
 # ------------------------------------------------------------------ builder
@@ -382,10 +446,9 @@ class StepBuilder:
 
     __slots__ = ("_sender", "_kinds", "_ids", "_args", "_hashes")
 
-    def __init__(self, sender: Callable[[bytes, list[int]], list[Result]]
-                 | None = None) -> None:
-        """`sender(packed bytes, kinds)` runs a pass and returns its
-        results; None: a builder that only encodes."""
+    def __init__(self, sender: StepSender | None = None) -> None:
+        """`sender` (a :class:`StepSender`: the Session or StepStream)
+        runs a pass; None: a builder that only encodes."""
         self._sender = sender
         self._kinds: list[int] = []
         self._ids: list[str] = []
@@ -405,18 +468,12 @@ class StepBuilder:
         self._args = []
         self._hashes = []
 
-    def columns(self) -> dict[str, Any]:
-        """The operations so far as the packed form's columns: a dict of
-        PackedOperations' fields (kinds, request_ids, request_id_lengths,
-        args, hashes), e.g. for ``PackedOperations(**step.columns())``."""
-        ids = [i.encode() for i in self._ids]
-        return {
-            "kinds": list(self._kinds),
-            "request_ids": b"".join(ids),
-            "request_id_lengths": list(map(len, ids)),
-            "args": list(self._args),
-            "hashes": list(self._hashes),
-        }
+    def columns(self) -> OperationColumns:
+        """The operations so far as the packed form's columns (what the
+        step channel carries). Raises TypeError (ValueError: an argument
+        beyond int64) for an argument of the wrong type."""
+        return operation_columns(self._kinds, self._ids, self._args,
+                                 self._hashes)
 
     def encode(self) -> bytes:
         """The operations so far as PackedOperations' serialized bytes
@@ -442,9 +499,10 @@ class StepBuilder:
             raise ValueError("this StepBuilder has no session to send to "
                              "(get one from session.step())")
         kinds = self._kinds
-        packed = self.encode()
+        request = self._sender.encode_step(kinds, self._ids, self._args,
+                                           self._hashes)
         self.clear()
-        return self._sender(packed, kinds)
+        return self._sender.send_step(request, kinds)
 
     # ---- the operations, in Operation's field-number order. Each appends
     # its kind, then its message's fields in field-number order by the

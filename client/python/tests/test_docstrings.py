@@ -37,7 +37,8 @@ ANCHOR = len(PROMPT) // BLOCK * BLOCK                # 256
 
 # Every docstring that holds an example, and how many: an example added
 # elsewhere fails test_every_example_is_run until it runs here too.
-EXAMPLES = {"statecache": 2, "statecache._step.StepBuilder": 1}
+EXAMPLES = {"statecache": 2, "statecache._step.StepBuilder": 1,
+            "statecache._columnar.ColumnarStep": 1}
 
 
 def block_hashes(tokens):
@@ -81,11 +82,14 @@ def package_docstrings():
     """{qualified name: docstring} of the package's modules, and of the
     classes, functions and methods each defines."""
     import statecache._client
+    import statecache._columnar
+    import statecache._columns
     import statecache._errors
     import statecache._memory
     import statecache._step
     import statecache.testing
-    modules = [statecache, statecache._client, statecache._errors,
+    modules = [statecache, statecache._client, statecache._columnar,
+               statecache._columns, statecache._errors,
                statecache._memory, statecache._step, statecache.testing]
     docs = {}
     for module in modules:
@@ -232,6 +236,24 @@ def test_examples_file_a_checkpoint_a_later_turn_resumes(daemon,
             results = run(module_examples[1], s=s)["results"]
             assert [r.code for r in results] == [0, 0]
             assert results[1].slots_released == 1
+
+
+def test_the_columnar_example(daemon):
+    (example,) = examples(statecache.ColumnarStep.__doc__)
+    hashes = block_hashes(PROMPT)
+    with statecache.Client.connect(daemon.address) as client, \
+            client.attach(MODEL_ID, BLOCK) as session:
+        session.step().begin_pass().admit(
+            "a", 1, len(PROMPT), ANCHOR, hashes).admit(
+            "b", 1, len(PROMPT), ANCHOR, hashes[:1]).send()
+        scope = run(example, session=session, running_ids=["a", "b"],
+                    ready_ids=statecache.RequestIds(["a", "b"]),
+                    blocks=np.array([4, 1]),
+                    boundary_hashes=np.array([hashes[3], hashes[0]]))
+        ck = scope["ck"].check()
+        assert ck.kept.tolist() == [True, True]
+        assert ck.fork_src.tolist() == [0, 1]  # the slots admitted
+        assert scope["results"][scope["forks"]].fork_src.tolist() == [-1, -1]
 
 
 def test_the_layout_page_example():

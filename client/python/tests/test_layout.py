@@ -12,7 +12,7 @@ import random
 import pytest
 
 import statecache
-from statecache import _step
+from statecache import _packed, _step
 from statecache.v1 import statecache_pb2 as pb
 
 KINDS = sorted(pb.Operation.DESCRIPTOR.fields, key=lambda f: f.number)
@@ -31,6 +31,15 @@ class Columns:
 # Fields numbered from here on were added after the layout was fixed: the
 # rule skips them; a result's travel in late_values.
 LATE = 100
+
+
+def plain_columns(columns):
+    """An OperationColumns as a dict of PackedOperations' fields (lists)."""
+    return {"kinds": columns.kinds.tolist(),
+            "request_ids": bytes(columns.request_ids),
+            "request_id_lengths": columns.request_id_lengths.tolist(),
+            "args": columns.args.tolist(),
+            "hashes": columns.hashes.tolist()}
 
 
 def append(message, c):
@@ -125,15 +134,19 @@ def test_every_kind_encodes_by_the_layout_rule():
     for kind, message in operations:
         append(message, want)
         getattr(builder, kind.name)(**as_kwargs(message))
-    got = builder.columns()
+    columns = builder.columns()
+    columns.check()
+    got = plain_columns(columns)
     assert got["kinds"] == [kind.number for kind, _ in operations]
     assert got["request_ids"] == want.ids
     assert got["request_id_lengths"] == want.lengths
     assert got["args"] == want.values
     assert got["hashes"] == want.hashes
-    # What send() sends: the same columns, in the message's wire form.
-    sent = pb.PackedOperations.FromString(builder.encode())
+    # What send() sends over gRPC: the same columns, in the message's wire
+    # form (encode() writes the same bytes from the builder's lists).
+    sent = pb.PackedOperations.FromString(_packed.encode_columns(columns))
     assert sent == pb.PackedOperations(**got)
+    assert builder.encode() == _packed.encode_columns(columns)
     request = pb.StepRequest.FromString(_step.step_request(
         _step.step_request_prefix("session-\u00e9"), builder.encode()))
     assert request.session_id == "session-\u00e9"
@@ -154,16 +167,25 @@ def test_encoding_edge_values():
     assert sent.request_ids == ("\u00e9" * 100 + "x" * 300).encode()
     assert pb.PackedOperations.FromString(
         statecache.StepBuilder(None).encode()) == pb.PackedOperations()
+    edge = builder.columns()
+    assert pb.PackedOperations.FromString(
+        _packed.encode_columns(edge)) == sent
+    assert edge.args.tolist() == list(sent.args)
+    # What the columns (send()'s and the step channel's) refuse, as encode()
+    # does: before anything is sent.
     for bad, error in [(dict(hash=1 << 63), TypeError),
                        (dict(hash="1"), TypeError)]:
         with pytest.raises(error):
             statecache.StepBuilder(None).lookup(**bad).encode()
-    with pytest.raises(ValueError, match="int64"):
-        statecache.StepBuilder(None).admit("a", 1, 1 << 64).encode()
-    with pytest.raises(TypeError, match="float"):
-        statecache.StepBuilder(None).admit("a", 1, 2.5).encode()
-    with pytest.raises(TypeError):
-        statecache.StepBuilder(None).release(7).encode()
+        with pytest.raises(error):
+            statecache.StepBuilder(None).lookup(**bad).columns()
+    for build in (lambda b: b.encode(), lambda b: b.columns()):
+        with pytest.raises(ValueError, match="int64"):
+            build(statecache.StepBuilder(None).admit("a", 1, 1 << 64))
+        with pytest.raises(TypeError, match="float"):
+            build(statecache.StepBuilder(None).admit("a", 1, 2.5))
+        with pytest.raises(TypeError):
+            build(statecache.StepBuilder(None).release(7))
 
 
 def test_every_kind_decodes_by_the_layout_rule():
