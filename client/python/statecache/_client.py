@@ -13,9 +13,9 @@ from typing import Any, Callable, Iterator, TypeVar
 
 import grpc
 
-from . import _errors
-from ._errors import (EpochChanged, Error, LeaseLost, NotFound, Unavailable,
-                      error_for, from_rpc_error)
+from . import _channel, _errors
+from ._errors import (EpochChanged, Error, FailedPrecondition, LeaseLost,
+                      NotFound, Unavailable, error_for, from_rpc_error)
 from ._columnar import ColumnarStep
 from ._columns import OperationColumns, ResultColumns
 from ._memory import StateMemory
@@ -24,7 +24,8 @@ from ._proto import pb_grpc as _pb_grpc
 from ._packed import (encode_columns, encode_operations, result_columns,
                       step_request, step_request_prefix)
 from ._stats import NESTED, Identity, Stats, TransferConfig, WarmRestart
-from ._step import Result, StepBuilder, StepSender, decode_results
+from ._step import (Result, StepBuilder, StepSender, decode_results,
+                    operation_columns)
 
 
 __all__ = [
@@ -390,6 +391,7 @@ class Client:
         leases lapse; calls on a closed client raise ValueError."""
         for session in list(self._sessions):
             session._stop.set()
+            session._close_channel("the client was closed")
         self._channel.close()
 
     def __enter__(self) -> Client:
@@ -417,7 +419,8 @@ class Client:
                hash_namespace: str = "", num_spec: int = 0,
                layout_fingerprint: str = "", client_name: str = "", *,
                keepalive: bool = True,
-               advise_placement: bool = False) -> Session:
+               advise_placement: bool = False,
+               transport: str | None = None) -> Session:
         """Opens a session with the model's identity (every field must equal
         the daemon's) and, with `keepalive`, starts renewing its lease in a
         background thread. `client_name` (<= 256 bytes) is shown to
@@ -429,16 +432,36 @@ class Client:
         "Placement advice"); ``Session.placement_advised`` says whether the
         daemon gives it.
 
+        `transport` is how the session's steps travel:
+
+        * ``"auto"`` (the default, unless $STATECACHE_TRANSPORT names
+          another): over a step channel (shared memory with the daemon)
+          when this client is connected over the daemon's Unix socket and
+          the daemon grants one, else over gRPC;
+          ``Session.transport_reason`` says why not;
+        * ``"channel"``: over a step channel, or raise;
+        * ``"grpc"``: the Step RPC.
+
+        ``Session.transport`` says which is in use. Either way the steps'
+        results, errors and effects are the same.
+
         Returns a :class:`Session`; use it as a context manager to detach
         at the end.
 
         Raises:
             FailedPrecondition: the identity differs (the message names the
-                field).
+                field); with ``transport="channel"``, no step channel (the
+                message says why; the session is detached again).
             InvalidArgument: client_name over 256 bytes.
             Unavailable: the daemon drains (attach elsewhere), or cannot be
                 reached.
+            ValueError: an unknown `transport`.
         """
+        if transport is None:
+            transport = os.environ.get("STATECACHE_TRANSPORT") or "auto"
+        if transport not in ("auto", "channel", "grpc"):
+            raise ValueError("transport: \"auto\", \"channel\" or "
+                             "\"grpc\", not %r" % (transport,))
         identity = Identity(model_id, hash_block_size, hash_namespace,
                             num_spec, layout_fingerprint)
         response = self._call(self._stub.Attach, _pb.AttachRequest(
@@ -448,9 +471,41 @@ class Client:
                 layout_fingerprint=layout_fingerprint),
             client_name=client_name,
             advise_placement=advise_placement), "Attach")
-        session = Session(self, response, identity, client_name, keepalive)
+        channel, reason = None, "transport=\"grpc\""
+        if transport != "grpc":
+            channel, reason = self._open_channel(response.session_id)
+            if channel is None and transport == "channel":
+                try:
+                    self._stub.Detach(_pb.DetachRequest(
+                        session_id=response.session_id),
+                        timeout=self.timeout)
+                except grpc.RpcError:
+                    pass  # its lease lapses
+                raise FailedPrecondition(
+                    "transport=\"channel\": no step channel: %s" % reason)
+        session = Session(self, response, identity, client_name, keepalive,
+                          channel, reason)
         self._sessions.add(session)
         return session
+
+    def _open_channel(self, session_id: str
+                      ) -> tuple[_channel.StepChannel | None, str]:
+        """A step channel for the session, or None and why not."""
+        if not _is_unix_address(self.address):
+            return None, ("connected over TCP (%s): a step channel needs "
+                          "the daemon's Unix socket" % self.address)
+        unsupported = _channel.supported()
+        if unsupported:
+            return None, unsupported
+        try:
+            return _channel.StepChannel.open(self._stub, _pb, session_id,
+                                             self.timeout), ""
+        except grpc.RpcError as e:
+            error = from_rpc_error(e, "OpenStepChannel")
+            return None, "the daemon did not open a step channel: %s" % (
+                error,)
+        except (OSError, ValueError, Error) as e:
+            return None, "the step channel could not be mapped: %s" % (e,)
 
     def _probe_epoch(self, wait: bool) -> int | None:
         """The daemon's epoch now (GetStats), or None if it does not answer
@@ -494,6 +549,11 @@ class Session(StepSender):
             (asked for at attach, and given by the daemon).
         eviction: which checkpoint a shortage spends, ``"lru"`` (the
             reference pool's rule) or ``"second-chance"``.
+        transport: how steps travel now: ``"channel"`` (the step channel)
+            or ``"grpc"`` (see :meth:`Client.attach`).
+        transport_reason: why not over the step channel ("" while over
+            it): the transport asked for, TCP, the daemon's refusal, or
+            what ended the channel.
 
     Losing the session. Every call that names the session (a step, unary or
     streamed, and keep_alive) raises :class:`LeaseLost`, or its subclass
@@ -518,12 +578,26 @@ class Session(StepSender):
     ``lost`` says why). A step on a session this client detached is sent as
     any other and refused by the daemon with a plain NotFound.
 
+    The step channel. A session attached over the daemon's Unix socket
+    runs its unary steps (both builders, and :meth:`send_columns`) through
+    shared memory with the daemon, with the same results and errors as
+    over gRPC. A pass too big for the channel's request area goes over
+    gRPC. When the daemon closes the channel (the session ended: evicted,
+    lease lapsed, detached; the daemon stops) the step goes over gRPC,
+    which then answers as it would (LeaseLost, EpochChanged, ...), and so
+    do later steps. When the daemon stops answering (its heartbeat stands
+    still while a reply is awaited) the step raises Unavailable (then, as
+    over gRPC, EpochChanged if a new daemon answers GetStats) and later
+    steps go over gRPC. StepStream always uses gRPC.
+
     Thread-safe: several threads may send steps (each builder on one
-    thread).
+    thread); steps over the channel take turns.
     """
 
     def __init__(self, client: Client, response: Any, identity: Identity,
-                 client_name: str, keepalive: bool) -> None:
+                 client_name: str, keepalive: bool,
+                 channel: _channel.StepChannel | None = None,
+                 transport_reason: str = "") -> None:
         self._client = client
         self._stub = client._stub
         self.session_id = response.session_id
@@ -541,6 +615,10 @@ class Session(StepSender):
         self.placement_advised = response.placement_advised
         self.eviction = response.eviction
         self._request_prefix = step_request_prefix(self.session_id)
+        self._channel = channel
+        self._channel_lock = threading.Lock()
+        self.transport_reason = "" if channel is not None else \
+            transport_reason
         self._detached = False
         self._lost = None  # a function making the exception to raise
         self._lost_event = threading.Event()
@@ -556,8 +634,32 @@ class Session(StepSender):
     def __repr__(self) -> str:
         state = ("detached" if self._detached else
                  "lost" if self._lost else "attached")
-        return "<statecache.Session %s epoch=%d %s>" % (
-            self.session_id, self.epoch, state)
+        return "<statecache.Session %s epoch=%d %s over %s>" % (
+            self.session_id, self.epoch, state, self.transport)
+
+    @property
+    def transport(self) -> str:
+        """``"channel"`` while steps go over the step channel, else
+        ``"grpc"``."""
+        return "channel" if self._channel is not None else "grpc"
+
+    def _drop_channel(self, why: str) -> None:
+        """Steps go over gRPC from now on (`why`: transport_reason)."""
+        channel, self._channel = self._channel, None
+        if channel is not None:
+            self.transport_reason = why
+            channel.close()
+
+    def ping(self) -> None:
+        """A round trip that does nothing over the session's transport: a
+        bare kPing over the step channel, else the client's Ping."""
+        channel = self._channel
+        if channel is not None:
+            with self._channel_lock:
+                if self._channel is channel and not channel.closed:
+                    channel.ping(self._client.timeout)
+                    return
+        self._client.ping()
 
     def __enter__(self) -> Session:
         return self
@@ -596,17 +698,52 @@ class Session(StepSender):
         an :class:`OperationColumns` of the right dtypes.
         """
         columns.check()
+        if self._channel is not None:
+            results = self._send_channel(columns)
+            if results is not None:
+                return results
         response = self._send_packed(encode_columns(columns))
         return result_columns(response.packed_results, response.epoch)
+
+    def _send_channel(self, columns: OperationColumns
+                      ) -> ResultColumns | None:
+        """The pass over the step channel; None when it was not sent there
+        (the channel is closed, or the pass does not fit it)."""
+        with self._channel_lock:
+            channel = self._channel
+            if channel is None:
+                return None
+            if self._lost is not None:
+                raise self._lost()
+            try:
+                results = channel.step(columns, self._client.timeout)
+            except _channel.ChannelRefusal as refusal:
+                # A refused Step's reply carries no epoch (0), as over gRPC:
+                # _classify asks GetStats when it needs one.
+                raise self._classify(refusal.error, "Step",
+                                     refusal.epoch or None) from None
+            except Error as e:
+                self._drop_channel("the step channel failed: %s" % (e,))
+                raise self._classify(e, "Step") from None
+            if results is None:
+                if channel.closed:
+                    self._drop_channel("the daemon closed the step channel")
+                return None
+        if results.epoch != self.epoch:
+            raise self._lose(results.epoch, "Step answered")
+        self._last_renewed = time.monotonic()
+        return results
 
     # The StepBuilder's transport (StepSender). Over gRPC its lists are
     # encoded to PackedOperations' bytes and the PackedResults decoded into
     # dataclasses directly: numpy columns in between would only add a
-    # conversion each way.
+    # conversion each way. Over the channel they become OperationColumns.
 
     def encode_step(self, kinds: list[int], ids: list[str],
                     args: list[int], hashes: list[int]) -> Any:
         """See :class:`StepSender`."""
+        if self._channel is not None:
+            return operation_columns(kinds, ids, args, hashes)
         return encode_operations(kinds, ids, args, hashes)
 
     def send_step(self, request: Any, kinds: list[int]) -> list[Result]:
@@ -661,6 +798,7 @@ class Session(StepSender):
         Raises NotFound when the daemon no longer knows the session."""
         self._detached = True
         self._stop.set()
+        self._close_channel("detached")
         try:
             response = self._stub.Detach(
                 _pb.DetachRequest(session_id=self.session_id),
@@ -678,11 +816,16 @@ class Session(StepSender):
         if self._lost is not None:
             self._detached = True
             self._stop.set()
+            self._close_channel("the session was lost")
             return
         try:
             self.detach()
         except (NotFound, Unavailable, _errors.DeadlineExceeded, ValueError):
             pass  # gone, unreachable, or the client was closed
+
+    def _close_channel(self, why: str) -> None:
+        with self._channel_lock:
+            self._drop_channel(why)
 
     def _renew_loop(self) -> None:
         interval = self.lease_ttl / 3

@@ -7,6 +7,13 @@ of this checkout, else PATH's. Run the tests with
     PYTHONPATH=build/python STATECACHED=build/bin/statecached \\
         /usr/bin/python3 -m pytest -q client/python/tests
 or `ctest -L python` from build/.
+
+The transport of the suites' steps: $STATECACHE_TEST_TRANSPORT=grpc (every
+session over the Step RPC: the package's $STATECACHE_TRANSPORT set to grpc)
+or channel (sessions over their daemon's Unix socket use the step channel,
+and the `session` fixture and attach() check that they do); unset: the
+package's default, auto (the channel where it can be had). Tests of one
+transport in particular pass transport= themselves.
 """
 
 import os
@@ -22,6 +29,14 @@ NUM_SLOTS = 64
 
 _REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), os.pardir,
                                      os.pardir, os.pardir))
+TRANSPORT = os.environ.get("STATECACHE_TEST_TRANSPORT", "")
+if TRANSPORT not in ("", "grpc", "channel"):
+    raise ValueError("STATECACHE_TEST_TRANSPORT: grpc or channel, not %r"
+                     % TRANSPORT)
+if TRANSPORT:
+    os.environ["STATECACHE_TRANSPORT"] = (
+        "grpc" if TRANSPORT == "grpc" else "auto")
+
 if not os.environ.get("STATECACHED"):
     _built = os.path.join(_REPO, "build", "bin", "statecached")
     if os.path.exists(_built):
@@ -71,8 +86,23 @@ def client(daemon):
 
 
 def attach(client, **kwargs):
+    """A session of the test identity (over the suite's transport, checked:
+    see the module's docstring)."""
     kwargs.setdefault("client_name", "pytest")
-    return client.attach(MODEL_ID, BLOCK, **kwargs)
+    session = client.attach(MODEL_ID, BLOCK, **kwargs)
+    if "transport" not in kwargs:
+        check_transport(session)
+    return session
+
+
+def check_transport(session):
+    """Asserts that `session` runs over the suite's transport (unless the
+    test chose one), when it is connected over a Unix socket."""
+    if not TRANSPORT or not session._client.address.startswith("unix:"):
+        return
+    assert session.transport == TRANSPORT, (
+        "STATECACHE_TEST_TRANSPORT=%s, but the session runs over %s: %s"
+        % (TRANSPORT, session.transport, session.transport_reason))
 
 
 @pytest.fixture

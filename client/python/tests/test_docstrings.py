@@ -81,6 +81,7 @@ def examples(doc):
 def package_docstrings():
     """{qualified name: docstring} of the package's modules, and of the
     classes, functions and methods each defines."""
+    import statecache._channel
     import statecache._client
     import statecache._columnar
     import statecache._columns
@@ -89,7 +90,7 @@ def package_docstrings():
     import statecache._step
     import statecache.testing
     modules = [statecache, statecache._client, statecache._columnar,
-               statecache._columns, statecache._errors,
+               statecache._columns, statecache._channel, statecache._errors,
                statecache._memory, statecache._step, statecache.testing]
     docs = {}
     for module in modules:
