@@ -336,6 +336,22 @@ int Run() {
                     StreamStepTrip trip(*stub, kOps, /*packed=*/true);
                     return Measure(trip, n);
                   }});
+  rows.push_back({"C++ client, Step over gRPC", [&] {
+                    ClientStepTrip trip(daemon.address(), kOps,
+                                        /*streamed=*/false,
+                                        AttachOptions::Transport::kGrpc);
+                    return Measure(trip, n);
+                  }});
+  rows.push_back({"C++ client, Step over the step channel", [&] {
+                    ClientStepTrip trip(daemon.address(), kOps,
+                                        /*streamed=*/false,
+                                        AttachOptions::Transport::kChannel);
+                    return Measure(trip, n);
+                  }});
+  rows.push_back({"step channel bare round trip (empty)", [&] {
+                    ChannelPingTrip trip(daemon.address());
+                    return Measure(trip, n);
+                  }});
   // Each repetition runs every row in turn, so the machine's drift falls on
   // all rows alike.
   std::vector<std::vector<Latency>> runs(rows.size());

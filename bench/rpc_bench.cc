@@ -126,43 +126,6 @@ class PingWithPassBytesTrip final : public RoundTrip {
   v1::PingResponse resp_;
 };
 
-// The same passes through statecache::Client (Step or StepStreamed): what a
-// C++ scheduler using the client library sees, results converted included.
-class ClientStepTrip final : public RoundTrip {
- public:
-  ClientStepTrip(const std::string& address, int ops, bool streamed)
-      : streamed_(streamed),
-        sched_("unused", ops, 7) {  // the client names the session
-    auto client = Client::Connect(address, ClientOptions{.keepalive = false});
-    if (!client.ok()) std::exit(1);
-    client_ = *std::move(client);
-    ModelIdentity identity;
-    identity.model_id = "bench";
-    identity.hash_block_size = kBlock;
-    if (!client_->Attach(identity, "rpc_bench").ok()) std::exit(1);
-    for (int i = 0; i < 50; ++i) (void)Step(sched_.NextBuilder());
-  }
-  ~ClientStepTrip() override { (void)client_->Detach(); }
-  void Prepare() override { builder_ = sched_.NextBuilder(); }
-  void Call() override {
-    absl::StatusOr<StepResults> results = Step(builder_);
-    if (!results.ok()) {
-      std::fprintf(stderr, "client step: %s\n",
-                   results.status().ToString().c_str());
-      std::exit(1);
-    }
-  }
-
- private:
-  absl::StatusOr<StepResults> Step(const StepBuilder& b) {
-    return streamed_ ? client_->StepStreamed(b) : client_->Step(b);
-  }
-  const bool streamed_;
-  Scheduler sched_;
-  std::unique_ptr<Client> client_;
-  StepBuilder builder_;
-};
-
 // Steps/s of `sessions` sessions, one thread and one channel each, 64-op
 // steps over StepStream for `seconds`.
 double Throughput(const std::string& address, int sessions, double seconds) {
@@ -271,12 +234,14 @@ int Run() {
                .ops = ops,
                .form = packed ? PassForm::kPacked : PassForm::kList};
   };
-  auto client_row = [&](const char* name, bool streamed) {
+  auto client_row = [&](const char* name, bool streamed,
+                        AttachOptions::Transport transport =
+                            AttachOptions::Transport::kGrpc) {
     return Row{.name = name,
                .trip =
-                   [&daemon, streamed] {
-                     return std::make_unique<ClientStepTrip>(daemon.address(),
-                                                             256, streamed);
+                   [&daemon, streamed, transport] {
+                     return std::make_unique<ClientStepTrip>(
+                         daemon.address(), 256, streamed, transport);
                    },
                .paired = true,
                .ops = 256,
@@ -320,6 +285,13 @@ int Run() {
       stream_row("StepStream, 256 ops, packed", 256, true),
       client_row("Client::Step, 256 ops", false),
       client_row("Client stream, 256 ops", true),
+      client_row("Client::Step, channel, 256", false,
+                 AttachOptions::Transport::kChannel),
+      {.name = "  channel bare round trip",
+       .trip =
+           [&daemon] {
+             return std::make_unique<ChannelPingTrip>(daemon.address());
+           }},
       {.name = "in-process, 256 ops",
        .run = [&] { return InProcessStepLatency(256, n, interval); }},
       {.name = "  + protobuf both ways",

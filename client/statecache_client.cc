@@ -553,6 +553,8 @@ struct Client::Impl {
   absl::Mutex channel_mu ABSL_ACQUIRED_BEFORE(mu);
   std::unique_ptr<StepChannelClient> step_channel ABSL_GUARDED_BY(channel_mu);
   uint64_t step_channel_generation ABSL_GUARDED_BY(channel_mu) = 0;
+  // Reused by every Step on the channel (its columns keep their capacity).
+  v1::StepResponse step_channel_response ABSL_GUARDED_BY(channel_mu);
 };
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(std::string address,
@@ -734,7 +736,7 @@ absl::StatusOr<StepResults> Client::Step(const StepBuilder& step) {
     absl::MutexLock lock(&impl_->channel_mu);
     if (impl_->step_channel != nullptr &&
         impl_->step_channel_generation == gen) {
-      v1::StepResponse response;
+      v1::StepResponse& response = impl_->step_channel_response;
       absl::StatusOr<StepChannelClient::Sent> sent =
           impl_->step_channel->Step(step.rep_->packed, &response);
       if (!sent.ok()) {

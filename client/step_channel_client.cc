@@ -122,11 +122,15 @@ absl::StatusOr<bool> StepChannelClient::WaitForReply(uint32_t seq) {
       std::max(kMinSilence, heartbeat_ * kMissedHeartbeats);
   uint64_t beat = heartbeat.load();
   absl::Time beat_seen = absl::Now();
-  for (;;) {
+  for (int looks = 1;; ++looks) {
     if (reply_seq.load() == seq) return true;
     if (sc::Word(base_, sc::control::kClosed).load() != 0) {
       // The daemon publishes a reply before it can close: look once more.
       return reply_seq.load() == seq;
+    }
+    if (looks % sc::kLooksPerClockRead != 0) {
+      sc::SpinPause();
+      continue;
     }
     const absl::Time now = absl::Now();
     if (now < spin_until) continue;

@@ -195,6 +195,19 @@ inline uint32_t* WordAddress(char* base, size_t offset) {
   return reinterpret_cast<uint32_t*>(base + offset);
 }
 
+// A spinning wait's pause between two looks at a word (the CPU's spin-wait
+// hint, so the other hardware thread and the memory bus are spared).
+inline void SpinPause() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+// Looks a spinning wait makes between two readings of the clock: reading it
+// costs more than a look.
+inline constexpr int kLooksPerClockRead = 64;
+
 // FUTEX_WAIT (shared) on `word` while it holds `expected`, for at most
 // `timeout`; returns when woken, on timeout, on a signal, or at once when it
 // no longer holds `expected`: the caller looks again in every case.

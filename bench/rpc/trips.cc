@@ -2,6 +2,8 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
+#include <string>
 
 namespace statecache::bench {
 
@@ -95,6 +97,64 @@ void StreamStepTrip::Call() {
     std::exit(1);
   }
   CheckStep(resp_);
+}
+
+namespace {
+
+std::unique_ptr<Client> AttachedClient(const std::string& address,
+                                       AttachOptions::Transport transport) {
+  auto client = Client::Connect(address, ClientOptions{.keepalive = false});
+  if (!client.ok()) std::exit(1);
+  ModelIdentity identity;
+  identity.model_id = "bench";
+  identity.hash_block_size = kBlock;
+  auto session =
+      (*client)->Attach(identity, "rpc_bench", {.transport = transport});
+  if (!session.ok()) {
+    std::fprintf(stderr, "attach: %s\n", session.status().ToString().c_str());
+    std::exit(1);
+  }
+  return *std::move(client);
+}
+
+}  // namespace
+
+ClientStepTrip::ClientStepTrip(const std::string& address, int ops,
+                               bool streamed,
+                               AttachOptions::Transport transport)
+    : streamed_(streamed),
+      sched_("unused", ops, 7),  // the client names the session
+      client_(AttachedClient(address, transport)) {
+  for (int i = 0; i < 50; ++i) (void)Step(sched_.NextBuilder());
+}
+
+ClientStepTrip::~ClientStepTrip() { (void)client_->Detach(); }
+
+void ClientStepTrip::Prepare() { builder_ = sched_.NextBuilder(); }
+
+void ClientStepTrip::Call() {
+  absl::StatusOr<StepResults> results = Step(builder_);
+  if (!results.ok()) {
+    std::fprintf(stderr, "client step: %s\n",
+                 results.status().ToString().c_str());
+    std::exit(1);
+  }
+}
+
+absl::StatusOr<StepResults> ClientStepTrip::Step(const StepBuilder& b) {
+  return streamed_ ? client_->StepStreamed(b) : client_->Step(b);
+}
+
+ChannelPingTrip::ChannelPingTrip(const std::string& address)
+    : client_(AttachedClient(address, AttachOptions::Transport::kChannel)) {}
+
+ChannelPingTrip::~ChannelPingTrip() { (void)client_->Detach(); }
+
+void ChannelPingTrip::Call() {
+  if (absl::Status st = client_->PingChannel(); !st.ok()) {
+    std::fprintf(stderr, "channel ping: %s\n", st.ToString().c_str());
+    std::exit(1);
+  }
 }
 
 }  // namespace statecache::bench

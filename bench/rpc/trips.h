@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "bench/rpc/passes.h"
 #include "bench/rpc/timing.h"
@@ -88,6 +89,38 @@ class StreamStepTrip final : public RoundTrip {
       stream_;
   v1::StepRequest req_;
   v1::StepResponse resp_;
+};
+
+// The same passes (seed 7) through statecache::Client (Step or
+// StepStreamed) attached with `transport`: what a C++ scheduler using the
+// client library sees, results converted included. Exits 1 when the
+// session does not get the transport asked for.
+class ClientStepTrip final : public RoundTrip {
+ public:
+  ClientStepTrip(const std::string& address, int ops, bool streamed,
+                 AttachOptions::Transport transport);
+  ~ClientStepTrip() override;
+  void Prepare() override;
+  void Call() override;
+
+ private:
+  absl::StatusOr<StepResults> Step(const StepBuilder& b);
+  const bool streamed_;
+  Scheduler sched_;
+  std::unique_ptr<Client> client_;
+  StepBuilder builder_;
+};
+
+// The step channel's bare round trip (Client::PingChannel: an empty
+// request and reply through shared memory), on a session of its own.
+class ChannelPingTrip final : public RoundTrip {
+ public:
+  explicit ChannelPingTrip(const std::string& address);
+  ~ChannelPingTrip() override;
+  void Call() override;
+
+ private:
+  std::unique_ptr<Client> client_;
 };
 
 }  // namespace statecache::bench

@@ -185,11 +185,14 @@ uint32_t StepChannels::Channel::WaitForRequest(uint32_t last) {
   std::atomic_ref<uint32_t> waiting =
       sc::Word(base_, sc::control::kDaemonWaiting);
   const absl::Time spin_until = absl::Now() + options_.spin;
-  for (;;) {
+  for (int looks = 1;; ++looks) {
     if (closing_.load() || faulted()) return last;
     const uint32_t now = seq.load();
     if (now != last) return now;
-    if (absl::Now() < spin_until) continue;
+    if (looks % sc::kLooksPerClockRead != 0 || absl::Now() < spin_until) {
+      sc::SpinPause();
+      continue;
+    }
     // The client stores request_seq, then reads daemon_waiting; we store
     // daemon_waiting, then the kernel reads request_seq: one of us sees the
     // other (both seq_cst).
@@ -203,7 +206,10 @@ uint32_t StepChannels::Channel::WaitForRequest(uint32_t last) {
 }
 
 void StepChannels::Channel::Serve() {
-  uint32_t last = sc::Word(base_, sc::control::kRequestSeq).load();
+  // request_seq starts at 0 (the object is made zero-filled), not at what
+  // it holds when this thread starts: a client may publish its first
+  // request as soon as Open returns, before this thread runs.
+  uint32_t last = 0;
   for (;;) {
     const uint32_t seq = WaitForRequest(last);
     if (seq == last) break;  // closing, or the client broke the mapping
@@ -345,19 +351,21 @@ absl::Status StepChannels::Open(const v1::OpenStepChannelRequest& request,
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) return absl::UnavailableError("the daemon is stopping");
-    if (auto it = channels_.find(request.session_id()); it != channels_.end()) {
-      if (!it->second->ended()) {
-        return absl::AlreadyExistsError(
-            "this session has a step channel open already");
-      }
-      ended = std::move(it->second);
-      channels_.erase(it);
+    auto it = channels_.find(request.session_id());
+    if (it != channels_.end() && !it->second->ended()) {
+      return absl::AlreadyExistsError(
+          "this session has a step channel open already");
     }
     int open = 0;
     for (const auto& [id, channel] : channels_) open += !channel->ended();
     if (open >= options_.max_channels) {
+      // (An ended one of this session stays for Beat to reap and count.)
       return absl::ResourceExhaustedError(absl::StrCat(
           open, " step channels are open (--max_step_channels): use Step"));
+    }
+    if (it != channels_.end()) {
+      ended = std::move(it->second);
+      channels_.erase(it);
     }
     name = FormatShmName(options_.shm_prefix, next_name_++, CurrentShmOwner());
   }
@@ -371,6 +379,13 @@ absl::Status StepChannels::Open(const v1::OpenStepChannelRequest& request,
                                    cache_, observer_));
   absl::MutexLock lock(&mu_);
   if (stopping_) return absl::UnavailableError("the daemon is stopping");
+  // Other Opens may have taken the last free slots meanwhile.
+  int open = 0;
+  for (const auto& [id, other] : channels_) open += !other->ended();
+  if (open >= options_.max_channels) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        open, " step channels are open (--max_step_channels): use Step"));
+  }
   auto [it, inserted] = channels_.try_emplace(request.session_id());
   if (!inserted) {
     return absl::AlreadyExistsError(
