@@ -56,6 +56,9 @@ def main():
     parser.add_argument("--protoc", default=shutil.which("protoc") or "protoc")
     parser.add_argument("--grpc-plugin", default=shutil.which("grpc_python_plugin")
                         or "/usr/bin/grpc_python_plugin")
+    # The statecache Python package (build/python), for the tests that need a
+    # real client (a step channel): run in a child process of their own.
+    parser.add_argument("--python-package", default="")
     ARGS, rest = parser.parse_known_args()
     unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
 

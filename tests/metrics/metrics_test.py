@@ -11,6 +11,9 @@
                      the thing it names happens
     PrometheusTest   a real Prometheus server, configured from
                      deploy/prometheus/prometheus.yml, scrapes the daemon
+    StepChannelTest  Steps through a step channel (the statecache package's
+                     client, in a child process) counted as method
+                     StepChannel, and the channels open and opened
 
 Run by ctest (ctest -L metrics); see harness.py for the arguments.
 """
@@ -22,6 +25,7 @@ import shutil
 import signal
 import subprocess
 import socket
+import sys
 import tempfile
 import time
 import unittest
@@ -597,8 +601,11 @@ class LabelTest(unittest.TestCase):
         # Label values: documented lists exactly; the others from their source.
         pb2 = harness.stubs()[0]
         operations = {f.name for f in pb2.Operation.DESCRIPTOR.oneofs_by_name["kind"].fields}
+        # The proto's RPCs, and StepChannel: the Steps served on step
+        # channels (docs/operators.md), counted beside the RPCs.
         methods = {method.name for service in ("StateCache", "StateCacheAdmin")
                    for method in pb2.DESCRIPTOR.services_by_name[service].methods}
+        methods.add("StepChannel")
         codes = {c.name for c in self.driver.grpc.StatusCode}
         with open(os.path.join(harness.ARGS.source_dir, "CMakeLists.txt")) as f:
             version = re.search(r"project\(statecache VERSION (\S+)", f.read()).group(1)
@@ -697,6 +704,65 @@ class LabelTest(unittest.TestCase):
                  for label, values in labels.items() for value in values or ()}
         self.assertGreaterEqual(len(every), 14)  # state 3, outcome 3, direction 2, reason 3 x 2
         self.assertEqual(every - moved, set(), "documented values that never moved")
+
+
+class StepChannelTest(unittest.TestCase):
+    """A client's Steps through a step channel, seen in /metrics: counted as
+    RPCs of method StepChannel (and not as Step), the channel in
+    statecache_step_channels while open and in the opened counter after."""
+
+    STEPS = 7
+    CLIENT = """
+import sys
+import statecache
+client = statecache.Client.connect(sys.argv[1])
+session = client.attach("", 64, transport="channel")
+assert session.transport == "channel", session.transport_reason
+for _ in range(int(sys.argv[2])):
+    session.step().begin_pass().send()
+print("stepped", flush=True)
+sys.stdin.readline()
+session.close()
+print("closed", flush=True)
+"""
+
+    def setUp(self):
+        self.daemon = Daemon(["--num_slots=16"])
+
+    def tearDown(self):
+        self.daemon.stop()
+
+    def test_channel_steps_and_channels_are_counted(self):
+        self.assertTrue(harness.ARGS.python_package,
+                        "--python-package (build/python) not given")
+        env = dict(os.environ, PYTHONPATH=harness.ARGS.python_package)
+        client = subprocess.Popen(
+            [sys.executable, "-c", self.CLIENT, self.daemon.address, str(self.STEPS)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True)
+        try:
+            self.assertEqual(client.stdout.readline(), "stepped\n")
+            m = self.daemon.metrics()
+            self.assertEqual(m.value("statecache_rpc_duration_seconds_count",
+                                     method="StepChannel"), self.STEPS)
+            self.assertEqual(m.value("statecache_rpc_duration_seconds_count",
+                                     method="OpenStepChannel"), 1)
+            self.assertEqual(m.series("statecache_rpc_duration_seconds_count").get(
+                frozenset({("method", "Step")}), 0), 0)
+            self.assertEqual(m.value("statecache_step_channels"), 1)
+            self.assertEqual(m.value("statecache_step_channels_opened_total"), 1)
+            # Operations through the channel are counted as any Step's.
+            self.assertEqual(m.value("statecache_step_operations_total", op="begin_pass"),
+                             self.STEPS)
+            client.stdin.write("\n")
+            client.stdin.flush()
+            self.assertEqual(client.stdout.readline(), "closed\n")
+            wait_for("the closed channel to leave statecache_step_channels",
+                     lambda: self.daemon.metrics().value("statecache_step_channels") == 0)
+            self.assertEqual(
+                self.daemon.metrics().value("statecache_step_channels_opened_total"), 1)
+        finally:
+            client.kill()
+            client.wait()
 
 
 class PrometheusTest(unittest.TestCase):
@@ -803,7 +869,8 @@ class PrometheusTest(unittest.TestCase):
         # rates need two scrapes, so wait for them. (query, labels each
         # series has, how many series)
         methods = len(harness.stubs()[0].DESCRIPTOR.services_by_name["StateCache"].methods) + \
-            len(harness.stubs()[0].DESCRIPTOR.services_by_name["StateCacheAdmin"].methods)
+            len(harness.stubs()[0].DESCRIPTOR.services_by_name["StateCacheAdmin"].methods) + \
+            1  # StepChannel
         for promql, labels, count in [
                 ("sum(rate(statecache_resume_blocks_resumed_total[5m])) / "
                  "sum(rate(statecache_resume_blocks_wanted_total[5m]))", set(), 1),
