@@ -678,7 +678,7 @@ class Session(StepSender):
         """A new :class:`ColumnarStep` (operations added by columns, results
         read as numpy arrays) whose ``send()`` runs it as one unary
         Step."""
-        return ColumnarStep(self.send_columns)
+        return ColumnarStep(self._send_columns)
 
     def stream(self) -> StepStream:
         """A :class:`StepStream` over one long-lived StepStream call (no
@@ -698,6 +698,10 @@ class Session(StepSender):
         an :class:`OperationColumns` of the right dtypes.
         """
         columns.check()
+        return self._send_columns(columns)
+
+    def _send_columns(self, columns: OperationColumns) -> ResultColumns:
+        """send_columns for columns a builder made (checked already)."""
         if self._channel is not None:
             results = self._send_channel(columns)
             if results is not None:
@@ -749,7 +753,7 @@ class Session(StepSender):
     def send_step(self, request: Any, kinds: list[int]) -> list[Result]:
         """See :class:`StepSender`."""
         if isinstance(request, OperationColumns):
-            return decode_results(kinds, self.send_columns(request))
+            return decode_results(kinds, self._send_columns(request))
         return decode_results(kinds, self._send_packed(request)
                               .packed_results)
 
@@ -934,7 +938,7 @@ class StepStream(StepSender):
     def columns(self) -> ColumnarStep:
         """A new :class:`ColumnarStep` whose ``send()`` goes over this
         stream."""
-        return ColumnarStep(self.send_columns)
+        return ColumnarStep(self._send_columns)
 
     def _open(self) -> None:
         requests = queue.SimpleQueue()
@@ -964,6 +968,9 @@ class StepStream(StepSender):
     def send_columns(self, columns: OperationColumns) -> ResultColumns:
         """As :meth:`Session.send_columns`, over this stream."""
         columns.check()
+        return self._send_columns(columns)
+
+    def _send_columns(self, columns: OperationColumns) -> ResultColumns:
         response = self._send_packed(encode_columns(columns))
         return result_columns(response.packed_results, response.epoch)
 

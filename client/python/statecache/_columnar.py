@@ -15,6 +15,7 @@ descriptors.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from array import array
 from typing import Any, Callable, Iterable, Sequence, Union
@@ -23,7 +24,7 @@ import numpy as np
 
 from ._columns import OperationColumns, ResultColumns, encode_request_ids
 from ._errors import Internal, error_for
-from ._packed import (EACH, HASH, HASHES, ID, KINDS, VALUE, VALUES, Entry,
+from ._packed import (EACH, HASH, HASHES, ID, KINDS, VALUE, VALUES,
                       late_fields, layout, operation_message, result_message)
 from ._step import DATACLASSES, RESULT_TYPES
 
@@ -32,6 +33,10 @@ __all__ = ["ColumnarStep", "ColumnarResults", "BatchResult", "Batch",
 
 _I64 = np.dtype(np.int64)
 _U32 = np.dtype(np.uint32)
+_EMPTY = np.zeros(0, _I64)
+# Batches of kinds whose results vary in size, up to this many operations,
+# are read in Python rather than by numpy calls.
+_SMALL = 64
 _INT64_MAX = (1 << 63) - 1
 _INT64_MIN = -(1 << 63)
 
@@ -165,6 +170,8 @@ def _int_column(name: str, value: Any, where: str) -> int | np.ndarray:
             raise ValueError("%s: %s = %d is beyond int64"
                              % (where, name, number))
         return number
+    if type(value) is list:  # the common case, checked element by element
+        return _flat_ints(name, value, where)
     if isinstance(value, (str, bytes, float, np.floating)) or value is None:
         raise TypeError("%s: %s must be integers, not %s"
                         % (where, name, type(value).__name__))
@@ -202,10 +209,21 @@ def _int_column(name: str, value: Any, where: str) -> int | np.ndarray:
                     % (where, name, column.dtype))
 
 
-def _flat_ints(name: str, values: Iterable[Any], where: str) -> np.ndarray:
-    """A flat iterable of ints as an int64 array (each element checked)."""
+def _flat_ints(name: str, values: Iterable[Any], where: str,
+               nested: bool = False) -> np.ndarray:
+    """A flat iterable of ints (`nested`: an iterable of such iterables,
+    one after another) as an int64 array, each element checked."""
     try:
-        return np.frombuffer(array("q", values), _I64)
+        if not nested:
+            return np.frombuffer(array("q", values), _I64)
+        flat = array("q")
+        for part in values:
+            if type(part) is list:
+                flat.fromlist(part)
+            else:
+                flat.extend(part.tolist() if isinstance(part, np.ndarray)
+                            else part)
+        return np.frombuffer(flat, _I64)
     except OverflowError:
         raise ValueError("%s: %s holds a value beyond int64"
                          % (where, name)) from None
@@ -325,7 +343,7 @@ def _lists(name: str, value: Any, lengths: Any, width: int,
         flat = _records(name, list(itertools.chain.from_iterable(value)),
                         width, where)
     else:
-        flat = _flat_ints(name, itertools.chain.from_iterable(value), where)
+        flat = _flat_ints(name, value, where, nested=True)
     return _Lists(flat, counts, False)
 
 
@@ -354,7 +372,7 @@ class _OperationPlan:
     """How one operation kind's fields go into the columns."""
 
     __slots__ = ("kind", "name", "entries", "widths", "fixed", "arg_width",
-                 "where")
+                 "where", "fields", "arg_sources", "hash_source")
 
     def __init__(self, kind: int) -> None:
         self.kind = kind
@@ -384,6 +402,18 @@ class _OperationPlan:
         self.fixed = fixed and hashes <= 1
         self.arg_width = sum(1 for e in self.entries
                              if e.place in (VALUE, HASHES))
+        # (name, place, is_bool, element width) of each field, in order.
+        self.fields = tuple((e.name, e.place, e.is_bool,
+                             self.widths.get(e.name, 0))
+                            for e in self.entries)
+        # A fixed kind's args, column by column (name, is a list's length),
+        # and its one hash field's (name, is a list), if any.
+        self.arg_sources = tuple((e.name, e.place == HASHES)
+                                 for e in self.entries
+                                 if e.place in (VALUE, HASHES))
+        self.hash_source = next(((e.name, e.place == HASHES)
+                                 for e in self.entries
+                                 if e.place in (HASH, HASHES)), None)
 
 
 _NAME_OF = {number: name for name, number in KINDS.items()}
@@ -526,8 +556,17 @@ class ColumnarStep:
                              "(get one from session.columns())")
         columns = self.columns()
         token = self._token
+        runs = []  # (kind, start, stop) of the calls, same kinds merged
+        start = 0
+        for kind, count in zip(self._kinds, self._counts):
+            if runs and runs[-1][0] == kind:
+                runs[-1] = (kind, runs[-1][1], start + count)
+            else:
+                runs.append((kind, start, start + count))
+            start += count
         self.clear()
-        return ColumnarResults(self._sender(columns), columns.kinds, token)
+        return ColumnarResults(self._sender(columns), columns.kinds, token,
+                               runs)
 
     # ---- the generic part: a kind's arguments into the columns
 
@@ -536,50 +575,60 @@ class ColumnarStep:
         plan = _PLANS[kind]
         where = plan.where
         ids: str | RequestIds | None = None
-        scalars: dict[str, Any] = {}
-        lists: dict[str, _Lists] = {}
-        counts: dict[str, int] = {}
+        # Field name -> an int (one value for all), an int64 array, or
+        # _Lists (a repeated field).
+        columns: dict[str, Any] = {}
+        n = -1  # the operations, once an argument says
+        said = ""  # which
         one_list = None
-        for e in plan.entries:
-            value = arguments[e.name]
-            if e.place == ID:
+        for name, place, is_bool, width in plan.fields:
+            value = arguments[name]
+            if place == ID:
                 ids = _ids(value, where)
-                if isinstance(ids, RequestIds):
-                    counts[e.name] = len(ids)
-            elif e.place in (VALUE, HASH):
-                column = _int_column(e.name, value, where)
-                if e.is_bool:
-                    column = (column != 0).astype(_I64) \
-                        if isinstance(column, np.ndarray) else int(column != 0)
-                scalars[e.name] = column
-                if isinstance(column, np.ndarray):
-                    counts[e.name] = len(column)
+                count = len(ids) if isinstance(ids, RequestIds) else -1
+            elif place == VALUE or place == HASH:
+                column = _int_column(name, value, where)
+                if is_bool:
+                    column = ((column != 0).astype(_I64)
+                              if isinstance(column, np.ndarray)
+                              else int(column != 0))
+                columns[name] = column
+                count = len(column) if isinstance(column, np.ndarray) else -1
             else:
-                normal = _lists(e.name, value, lengths.get(e.name),
-                                plan.widths.get(e.name, 0), where)
-                lists[e.name] = normal
+                normal = _lists(name, value, lengths.get(name), width, where)
+                columns[name] = normal
+                count = -1
                 if normal.one:
-                    one_list = e.name
+                    one_list = name
                 elif normal.lengths is not None:
-                    counts[e.name] = len(normal.lengths)
-        n = _common_count(counts, where, plan.entries)
+                    count = len(normal.lengths)
+            if count >= 0:
+                if n < 0:
+                    n, said = count, name
+                elif count != n:
+                    raise ValueError(
+                        "%s: the arguments disagree on the number of "
+                        "operations (%s %d, %s %d)"
+                        % (where, said, n, name, count))
         if one_list is not None:
-            if counts and n != 1:
+            if n >= 0 and n != 1:
                 raise ValueError(
                     "%s: %s is a single list (1-D) but there are %d "
                     "operations: give one list per operation, or a flat "
                     "array with %s_lengths" % (where, one_list, n, one_list))
             n = 1
-        for normal in lists.values():
-            if normal.lengths is None:
-                normal.lengths = np.zeros(n, _I64)
+        elif n < 0:
+            n = 1  # every argument one value: one operation
+        for value in columns.values():
+            if isinstance(value, _Lists) and value.lengths is None:
+                value.lengths = np.zeros(n, _I64)
         start = self._count
         if n == 0:
             return Batch(_NAME_OF[kind], start, 0, self._token)
         if plan.fixed:
-            args, hashes = _fixed_columns(plan, n, scalars, lists)
+            args, hashes = _fixed_columns(plan, n, columns)
         else:
-            args, hashes = _general_columns(plan, n, scalars, lists)
+            args, hashes = _general_columns(plan, n, columns)
         if ids is not None:
             if isinstance(ids, str):
                 data = ids.encode()
@@ -720,47 +769,36 @@ def _concat(parts: list[np.ndarray], dtype: np.dtype) -> np.ndarray:
     return np.concatenate(parts)
 
 
-def _common_count(counts: dict[str, int], where: str,
-                  entries: tuple[Entry, ...]) -> int:
-    if not counts:
-        return 1
-    values = set(counts.values())
-    if len(values) == 1:
-        return values.pop()
-    described = ", ".join("%s %d" % (name, count)
-                          for name, count in counts.items())
-    raise ValueError("%s: the arguments disagree on the number of "
-                     "operations (%s)" % (where, described))
-
-
-def _fixed_columns(plan: _OperationPlan, n: int, scalars: dict[str, Any],
-                   lists: dict[str, _Lists]) -> tuple[np.ndarray, np.ndarray]:
+def _fixed_columns(plan: _OperationPlan, n: int, columns: dict[str, Any]
+                   ) -> tuple[np.ndarray, np.ndarray]:
     """Args and hashes of `n` operations of a kind with a fixed number of
     args each and at most one hash field."""
-    args = np.empty((n, plan.arg_width), _I64)
-    hashes = np.zeros(0, _I64)
-    j = 0
-    for e in plan.entries:
-        if e.place == VALUE:
-            args[:, j] = scalars[e.name]
-            j += 1
-        elif e.place == HASH:
-            value = scalars[e.name]
-            hashes = (value if isinstance(value, np.ndarray)
-                      else np.full(n, value, _I64))
-        elif e.place == HASHES:
-            normal = lists[e.name]
-            args[:, j] = normal.lengths
-            j += 1
-            hashes = normal.flat
+    hashes = _EMPTY
+    if plan.hash_source is not None:
+        name, is_list = plan.hash_source
+        hashes = columns[name].flat if is_list else columns[name]
+        if not isinstance(hashes, np.ndarray):
+            hashes = np.full(n, hashes, _I64)
+    sources = plan.arg_sources
+    if len(sources) == 1:  # the column itself
+        name, is_list = sources[0]
+        args = columns[name].lengths if is_list else columns[name]
+        if not isinstance(args, np.ndarray):
+            args = np.full(n, args, _I64)
+        return args, hashes
+    if not sources:
+        return _EMPTY, hashes
+    args = np.empty((n, len(sources)), _I64)
+    for j, (name, is_list) in enumerate(sources):
+        args[:, j] = columns[name].lengths if is_list else columns[name]
     return args.reshape(-1), hashes
 
 
-def _general_columns(plan: _OperationPlan, n: int, scalars: dict[str, Any],
-                     lists: dict[str, _Lists]
+def _general_columns(plan: _OperationPlan, n: int, columns: dict[str, Any]
                      ) -> tuple[np.ndarray, np.ndarray]:
     """Args and hashes of `n` operations of any kind: each operation's
     values placed at its own cursor into the columns, by the layout."""
+    scalars = lists = columns
     arg_sizes = np.zeros(n, _I64)
     hash_sizes = np.zeros(n, _I64)
     for e in plan.entries:
@@ -1006,7 +1044,8 @@ class _ResultPlan:
     """How one kind's result is read from the columns."""
 
     __slots__ = ("kind", "name", "entries", "late", "defaults", "cls",
-                 "values", "hashes", "ids", "simple", "elements")
+                 "values", "hashes", "ids", "simple", "elements", "one_list",
+                 "hashes_or_ids")
 
     def __init__(self, kind: int, result_type: type,
                  element_types: dict[str, type]) -> None:
@@ -1033,10 +1072,44 @@ class _ResultPlan:
         self.ids = -1 if variable else sum(
             1 for e in self.entries if e.place == ID)
         self.simple = not variable and self.hashes == 0 and self.ids == 0
+        self.hashes_or_ids = any(e.place in (HASH, HASHES, ID, EACH)
+                                 for e in self.entries)
+        # One list among fixed fields (every kind with lists so far): its
+        # count's index among the values, and (values, hashes, ids) of the
+        # fixed fields and of one element.
+        self.one_list: tuple | None = None
+        listed = [e for e in self.entries
+                  if e.place in (VALUES, HASHES, EACH)]
+        if len(listed) == 1:
+            e = listed[0]
+            count_at = sum(1 for f in self.entries[:self.entries.index(e)]
+                           if f.place == VALUE)
+            fixed = (sum(1 for f in self.entries if f.place == VALUE) + 1,
+                     sum(1 for f in self.entries if f.place == HASH),
+                     sum(1 for f in self.entries if f.place == ID))
+            if e.place == VALUES:
+                each = (1, 0, 0)
+            elif e.place == HASHES:
+                each = (0, 1, 0)
+            else:
+                element = self.elements[e.name][0]
+                each = tuple(sum(1 for f in element if f.place == place)
+                             for place in (VALUE, HASH, ID))
+            self.one_list = (count_at, fixed, each)
 
     def measure(self, values: np.ndarray, at: int) -> tuple[int, int, int]:
         """An accepted operation's (values, hashes, ids) when its values
         start at `at`. IndexError when the column is short."""
+        if self.one_list is not None:
+            count_at, fixed, each = self.one_list
+            count = int(values[at + count_at])
+            if count < 0:
+                raise IndexError("a negative length")
+            size = fixed[0] + count * each[0]
+            if at + size > len(values):
+                raise IndexError("values")
+            return (size, fixed[1] + count * each[1],
+                    fixed[2] + count * each[2])
         start = at
         hashes = ids = 0
         for e in self.entries:
@@ -1069,6 +1142,30 @@ class _ResultPlan:
         return at - start, hashes, ids
 
 
+class _Run:
+    """A run of consecutive operations of one kind in a pass, and where its
+    results start in each column. A kind whose results vary in size keeps
+    each accepted operation's starts (`value_ats`, ...: one per operation
+    of the run, -1 for a refused one)."""
+
+    __slots__ = ("kind", "start", "stop", "value_at", "late_at", "hash_at",
+                 "id_at", "refusal_at", "value_ats", "hash_ats", "id_ats",
+                 "value_end", "hash_end", "id_end")
+
+    def __init__(self, kind: int, start: int, stop: int,
+                 at: tuple[int, int, int, int, int]) -> None:
+        self.kind = kind
+        self.start = start
+        self.stop = stop
+        (self.value_at, self.late_at, self.hash_at, self.id_at,
+         self.refusal_at) = at
+        self.value_ats: list[int] | None = None
+        self.hash_ats: list[int] | None = None
+        self.id_ats: list[int] | None = None
+        # Where the run's values, hashes and ids end.
+        self.value_end = self.hash_end = self.id_end = 0
+
+
 class ColumnarResults:
     """The results of a :class:`ColumnarStep`'s pass, over the reply's
     columns: ``results[batch]`` is that batch's :class:`BatchResult`.
@@ -1079,21 +1176,26 @@ class ColumnarResults:
         codes: every operation's code (uint32), in pass order.
         epoch: the daemon's epoch.
 
-    Where each operation's results start in the columns is worked out
-    once, here: a kind with a fixed number of values takes them in turn
-    (refused operations none), and only the operations with lists among
-    their results (begin_pass, admit, reserve) are walked one by one.
+    Where each run of operations of one kind starts in the columns is
+    worked out once, here: a kind with a fixed number of values takes them
+    in turn (refused operations none), so a run costs a count of its
+    accepted operations; only the operations with lists among their
+    results (begin_pass, admit, reserve) are walked one by one.
 
     Raises Internal (constructing one) when the columns do not follow the
     layout rule for these operations.
     """
 
-    __slots__ = ("columns", "kinds", "codes", "epoch", "_token", "_ok",
-                 "_value_at", "_late_at", "_hash_at", "_id_at",
-                 "_refusal_at", "_id_offsets")
+    __slots__ = ("columns", "kinds", "codes", "epoch", "_token", "_refused",
+                 "_runs", "_run_starts", "_id_offsets")
 
     def __init__(self, columns: ResultColumns, kinds: np.ndarray,
-                 token: object = None) -> None:
+                 token: object = None,
+                 runs: list[tuple[int, int, int]] | None = None) -> None:
+        """`kinds`: the pass's operation kinds; `token`: what the pass's
+        batches carry (see ColumnarStep); `runs`: the (kind, start, stop)
+        of its runs of one kind, when the caller knows them (else found
+        from `kinds`)."""
         self.columns = columns
         self.kinds = kinds
         self.codes = columns.codes
@@ -1104,50 +1206,82 @@ class ColumnarResults:
         if len(columns.codes) != n:
             raise Internal("packed results carry %d codes for %d operations"
                            % (len(columns.codes), n))
-        ok = columns.codes == 0
-        self._ok = ok
-        kinds_index = kinds.astype(np.intp)
-        sizes = []
-        for table in (_VALUES, _LATE, _HASHES, _IDS):
-            sizes.append(np.where(ok, table[kinds_index], 0))
-        values_n, late_n, hashes_n, ids_n = sizes
-        variable = np.flatnonzero(ok & (_VALUES[kinds_index] < 0))
-        if len(variable):
-            values_n[variable] = 0
-            hashes_n[variable] = 0
-            ids_n[variable] = 0
-            before = np.cumsum(values_n) - values_n
-            values = columns.values
-            extra_values = extra_hashes = extra_ids = 0
-            try:
-                for i in variable.tolist():
-                    nv, nh, ni = _RESULT_PLANS[int(kinds[i])].measure(
-                        values, int(before[i]) + extra_values)
-                    values_n[i], hashes_n[i], ids_n[i] = nv, nh, ni
-                    extra_values += nv
-                    extra_hashes += nh
-                    extra_ids += ni
-            except (IndexError, ValueError) as e:
-                raise Internal("packed results too short for the operations "
-                               "(%s)" % e) from None
-        self._value_at = _offsets(values_n)
-        self._late_at = _offsets(late_n)
-        self._hash_at = _offsets(hashes_n)
-        self._id_at = _offsets(ids_n)
-        self._refusal_at = np.cumsum(~ok) - 1
-        for name, at, column in (
-                ("values", self._value_at, columns.values),
-                ("late_values", self._late_at, columns.late_values),
-                ("hashes", self._hash_at, columns.hashes),
-                ("request_id_lengths", self._id_at,
-                 columns.request_id_lengths)):
-            if int(at[-1]) != len(column):
+        # The refused operations' indexes (few, usually none).
+        refused_at = np.flatnonzero(columns.codes).tolist()
+        self._refused = refused_at
+        if runs is not None:
+            run_kinds = [kind for kind, _, _ in runs]
+            starts = [start for _, start, _ in runs]
+            stops = [stop for _, _, stop in runs]
+        elif n:
+            cuts = (np.flatnonzero(kinds[1:] != kinds[:-1]) + 1).tolist()
+            starts = [0] + cuts
+            stops = cuts + [n]
+            run_kinds = kinds[starts].tolist()
+        else:
+            starts = stops = run_kinds = []
+        self._run_starts = starts
+        self._runs: list[_Run] = []
+        value = late = hashes = ids = refused = 0
+        try:
+            for kind, start, stop in zip(run_kinds, starts, stops):
+                plan = _RESULT_PLANS[kind]
+                run = _Run(kind, start, stop,
+                           (value, late, hashes, ids, refused))
+                self._runs.append(run)
+                out = (bisect.bisect_left(refused_at, stop)
+                       - bisect.bisect_left(refused_at, start)
+                       if refused_at else 0)
+                accepted = stop - start - out
+                refused += out
+                late += accepted * len(plan.late)
+                if plan.values >= 0:
+                    value += accepted * plan.values
+                    hashes += accepted * plan.hashes
+                    ids += accepted * plan.ids
+                    continue
+                value_ats, hash_ats, id_ats = [], [], []
+                values = columns.values
+                skip = set(refused_at) if out else ()
+                measure = plan.measure
+                for i in range(start, stop):
+                    if i in skip:
+                        value_ats.append(-1)
+                        hash_ats.append(-1)
+                        id_ats.append(-1)
+                        continue
+                    value_ats.append(value)
+                    hash_ats.append(hashes)
+                    id_ats.append(ids)
+                    nv, nh, ni = measure(values, value)
+                    value += nv
+                    hashes += nh
+                    ids += ni
+                run.value_ats, run.hash_ats, run.id_ats = (value_ats,
+                                                           hash_ats, id_ats)
+                run.value_end, run.hash_end, run.id_end = value, hashes, ids
+        except (IndexError, ValueError) as e:
+            raise Internal("packed results too short for the operations "
+                           "(%s)" % e) from None
+        for name, used, column in (
+                ("values", value, columns.values),
+                ("late_values", late, columns.late_values),
+                ("hashes", hashes, columns.hashes),
+                ("request_id_lengths", ids, columns.request_id_lengths)):
+            if used != len(column):
                 raise Internal("packed results: %s holds %d, the operations "
-                               "use %d" % (name, len(column), int(at[-1])))
-        refused = n - int(np.count_nonzero(ok))
+                               "use %d" % (name, len(column), used))
         if refused != len(columns.messages):
             raise Internal("packed results: %d messages for %d refusals"
                            % (len(columns.messages), refused))
+
+    def _refused_in(self, lo: int, hi: int) -> int:
+        """How many of operations lo..hi-1 were refused."""
+        refused = self._refused
+        if not refused:
+            return 0
+        return bisect.bisect_left(refused, hi) - bisect.bisect_left(refused,
+                                                                     lo)
 
     def __len__(self) -> int:
         return len(self.kinds)
@@ -1161,9 +1295,9 @@ class ColumnarResults:
         refusal as its :class:`statecache.Error` subclass."""
         refused = np.flatnonzero(self.codes)
         if len(refused):
-            i = int(refused[0])
-            raise error_for(int(self.codes[i]),
-                            self.columns.messages[int(self._refusal_at[i])])
+            # The first refusal's message is the first message.
+            raise error_for(int(self.codes[refused[0]]),
+                            self.columns.messages[0])
         return self
 
     def __getitem__(self, batch: Batch) -> BatchResult:
@@ -1174,15 +1308,30 @@ class ColumnarResults:
             raise ValueError("%r is not of this pass" % batch)
         return self._batch(KINDS[batch.kind], batch.start, batch.stop)
 
+    def _run_of(self, lo: int, hi: int, kind: int) -> _Run:
+        run = self._runs[bisect.bisect_right(self._run_starts, lo) - 1]
+        if run.kind != kind or hi > run.stop:
+            raise ValueError("operations %d..%d are not all %s"
+                             % (lo, hi - 1, _NAME_OF[kind]))
+        return run
+
     def _batch(self, kind: int, lo: int, hi: int) -> BatchResult:
         plan = _RESULT_PLANS[kind]
         columns = self.columns
         codes = self.codes[lo:hi]
-        ok = self._ok[lo:hi]
         n = hi - lo
-        accepted = int(np.count_nonzero(ok))
-        every = accepted == n
         out: dict[str, Any] = {}
+        if n == 0:
+            run = _Run(kind, lo, hi, (0, 0, 0, 0, 0))
+        else:
+            run = self._run_of(lo, hi, kind)
+        # The run's operations before the batch: `refused_before` refused,
+        # `earlier` accepted.
+        refused_before = self._refused_in(run.start, lo)
+        earlier = lo - run.start - refused_before
+        accepted = n - self._refused_in(lo, hi)
+        every = accepted == n
+        ok = None if every else codes == 0
 
         def spread(name: str, column: np.ndarray, is_bool: bool
                    ) -> np.ndarray:
@@ -1195,29 +1344,176 @@ class ColumnarResults:
             full[ok] = column
             return full
 
-        if plan.simple:
+        if run.value_ats is not None and n <= _SMALL:
+            self._small(plan, run, lo, hi, out)
+        elif plan.simple:
             width = plan.values
-            block = columns.values[self._value_at[lo]:self._value_at[hi]]
+            start = run.value_at + earlier * width
+            block = columns.values[start:start + accepted * width]
             block = block.reshape(accepted, width)
             for j, e in enumerate(plan.entries):
                 out[e.name] = spread(e.name, block[:, j], e.is_bool)
         else:
-            self._general(plan, lo, hi, ok, every, spread, out)
+            self._general(plan, run, lo, hi, earlier, ok, every, spread,
+                          out)
         if plan.late:
             width = len(plan.late)
-            block = columns.late_values[self._late_at[lo]:self._late_at[hi]]
+            start = run.late_at + earlier * width
+            block = columns.late_values[start:start + accepted * width]
             block = block.reshape(accepted, width)
             for j, e in enumerate(plan.late):
                 out[e.name] = spread(e.name, block[:, j], e.is_bool)
 
         messages = columns.messages
-        refusal_at = self._refusal_at[lo:hi]
+        first_refusal = run.refusal_at + refused_before
 
         def refusals() -> list[str]:
-            return ["" if c == 0 else messages[r]
-                    for c, r in zip(codes.tolist(), refusal_at.tolist())]
+            out, at = [], first_refusal
+            for code in codes.tolist():
+                if code:
+                    out.append(messages[at])
+                    at += 1
+                else:
+                    out.append("")
+            return out
 
         return BatchResult(plan.name, codes, out, refusals, plan.cls)
+
+    def _small(self, plan: _ResultPlan, run: _Run, lo: int, hi: int,
+               out: dict[str, Any]) -> None:
+        """The fields of a small batch of a kind whose results vary in
+        size, read operation by operation from Python lists of the batch's
+        part of the columns (cheaper than numpy's per-call cost for a few
+        operations)."""
+        columns = self.columns
+        span = slice(lo - run.start, hi - run.start)
+        value_ats = run.value_ats[span]
+        accepted = [a for a in value_ats if a >= 0]
+        # The batch's values: from its first accepted operation's to where
+        # the next accepted one after the batch starts (or the run ends).
+        later = [a for a in run.value_ats[hi - run.start:] if a >= 0]
+        v0 = accepted[0] if accepted else 0
+        v1 = later[0] if later else run.value_end
+        values = columns.values[v0:v1].tolist()
+        if plan.one_list is not None and plan.one_list[2] == (1, 0, 0) \
+                and not plan.hashes_or_ids:
+            self._small_values(plan, value_ats, values, v0, out)
+            return
+        hashes = columns.hashes.tolist() if run.hash_end > run.hash_at \
+            else []
+        hash_ats = run.hash_ats[span]
+        id_ats = run.id_ats[span]
+        id_starts = [a for a in id_ats if a >= 0]
+        ids = (self._ids(np.arange(id_starts[0], run.id_end))
+               if id_starts and run.id_end > id_starts[0] else [])
+        id0 = id_starts[0] if id_starts else 0
+        fields: dict[str, list] = {e.name: [] for e in plan.entries}
+        elements: dict[str, dict[str, list]] = {}
+        for name, (element, _) in plan.elements.items():
+            elements[name] = {f.name: [] for f in element}
+        counts: dict[str, list[int]] = {e.name: [] for e in plan.entries
+                                        if e.place in (VALUES, HASHES,
+                                                       EACH)}
+        for a, h, i in zip(value_ats, hash_ats, id_ats):
+            if a < 0:
+                for e in plan.entries:
+                    if e.name in counts:
+                        counts[e.name].append(0)
+                    else:
+                        fields[e.name].append(plan.defaults[e.name])
+                continue
+            a -= v0
+            i -= id0
+            for e in plan.entries:
+                column = fields[e.name]
+                if e.place == VALUE:
+                    column.append(values[a])
+                    a += 1
+                elif e.place == HASH:
+                    column.append(hashes[h])
+                    h += 1
+                elif e.place == ID:
+                    column.append(ids[i])
+                    i += 1
+                else:
+                    count = values[a]
+                    a += 1
+                    counts[e.name].append(count)
+                    if e.place == VALUES:
+                        column.extend(values[a:a + count])
+                        a += count
+                    elif e.place == HASHES:
+                        column.extend(hashes[h:h + count])
+                        h += count
+                    else:
+                        element = plan.elements[e.name][0]
+                        record = elements[e.name]
+                        for _ in range(count):
+                            for f in element:
+                                if f.place == VALUE:
+                                    record[f.name].append(values[a])
+                                    a += 1
+                                elif f.place == HASH:
+                                    record[f.name].append(hashes[h])
+                                    h += 1
+                                else:
+                                    record[f.name].append(ids[i])
+                                    i += 1
+        for e in plan.entries:
+            column = fields[e.name]
+            if e.place in (VALUE, HASH):
+                out[e.name] = np.array(column, np.bool_ if e.is_bool
+                                       else _I64)
+            elif e.place == ID:
+                out[e.name] = column
+            elif e.place in (VALUES, HASHES):
+                out[e.name] = Lists(_offsets(np.array(counts[e.name], _I64)),
+                                    np.array(column, _I64))
+            else:
+                element, make = plan.elements[e.name]
+                record = {}
+                for f in element:
+                    gathered = elements[e.name][f.name]
+                    record[f.name] = (gathered if f.place == ID else np.array(
+                        gathered, np.bool_ if f.is_bool else _I64))
+                out[e.name] = RecordLists(
+                    _offsets(np.array(counts[e.name], _I64)), record, make)
+
+    @staticmethod
+    def _small_values(plan: _ResultPlan, value_ats: list[int],
+                      values: list[int], v0: int, out: dict[str, Any]
+                      ) -> None:
+        """_small for a kind whose results are values only, one of them a
+        list of numbers (admit): each operation's values sliced whole."""
+        count_at = plan.one_list[0]
+        entries = plan.entries
+        listed = entries[count_at]
+        scalars = [e for e in entries if e is not listed]
+        rows: list[list[int]] = []
+        items: list[int] = []
+        counts: list[int] = []
+        width = len(scalars)
+        for a in value_ats:
+            if a < 0:
+                rows.append([plan.defaults[e.name] for e in scalars])
+                counts.append(0)
+                continue
+            a -= v0
+            start = a + count_at + 1
+            count = values[a + count_at]
+            end = start + count
+            counts.append(count)
+            items += values[start:end]
+            rows.append(values[a:a + count_at] + values[
+                end:end + width - count_at])
+        table = np.array(rows, _I64).reshape(len(rows), width)
+        for j, e in enumerate(scalars):
+            out[e.name] = table[:, j] != 0 if e.is_bool else table[:, j]
+        out[listed.name] = Lists(_offsets(np.array(counts, _I64)),
+                                 np.array(items, _I64))
+        # In the message's order.
+        for e in entries:
+            out[e.name] = out.pop(e.name)
 
     def _ids(self, index: np.ndarray) -> list[str]:
         """The request ids numbered `index` in the results' id column."""
@@ -1229,17 +1525,32 @@ class ColumnarResults:
         return [data[offsets[i]:offsets[i + 1]].decode()
                 for i in index.tolist()]
 
-    def _general(self, plan: _ResultPlan, lo: int, hi: int, ok: np.ndarray,
-                 every: bool, spread: Callable, out: dict[str, Any]) -> None:
-        """A batch's fields by cursors, one per accepted operation."""
+    def _general(self, plan: _ResultPlan, run: _Run, lo: int, hi: int,
+                 earlier: int, ok: np.ndarray | None, every: bool,
+                 spread: Callable, out: dict[str, Any]) -> None:
+        """A batch's fields by cursors, one per accepted operation (from
+        the run's starts, or, for a kind of fixed size, counted from the
+        run's: `earlier` accepted operations of the run come before; `ok`:
+        which of the batch's operations were accepted, None for all)."""
         columns = self.columns
         values = columns.values
         n = hi - lo
-        value_at = self._value_at[lo:hi][ok].copy()
-        hash_at = self._hash_at[lo:hi][ok].copy()
-        id_at = self._id_at[lo:hi][ok].copy()
+        if run.value_ats is not None:
+            span = slice(lo - run.start, hi - run.start)
+            starts = [[a for a in ats[span] if a >= 0]
+                      for ats in (run.value_ats, run.hash_ats, run.id_ats)]
+            value_at, hash_at, id_at = (np.array(a, _I64) for a in starts)
+        else:
+            index = np.arange(earlier, earlier + (
+                n if ok is None else int(np.count_nonzero(ok))),
+                dtype=_I64)
+            value_at = run.value_at + index * plan.values
+            hash_at = run.hash_at + index * plan.hashes
+            id_at = run.id_at + index * plan.ids
 
         def offsets_of(counts: np.ndarray) -> np.ndarray:
+            if ok is None:
+                return _offsets(counts)
             full = np.zeros(n, _I64)
             full[ok] = counts
             return _offsets(full)

@@ -228,7 +228,7 @@ def test_request_ids_select():
 # ------------------------------------------------------------ the results
 
 
-def random_pass(rng, batches):
+def random_pass(rng, batches, sizes=(0, 1, 1, 2, 5)):
     """Random results of `batches` batches of random kinds (refusals and
     late fields among them), as a PackedResults, with their batches."""
     kinds, spans = [], []
@@ -236,7 +236,7 @@ def random_pass(rng, batches):
     codes, messages = [], []
     for _ in range(batches):
         kind = rng.choice(KINDS)
-        count = rng.choice([0, 1, 1, 2, 5])
+        count = rng.choice(sizes)
         spans.append((kind, len(kinds), count))
         for _ in range(count):
             kinds.append(kind.number)
@@ -306,6 +306,26 @@ def test_results_read_as_the_dataclass_decoder(seed):
     for kind, start, count in spans:
         batch = _columnar.Batch(kind.name, start, count, token)
         check_batch(results[batch], want[start:start + count], kind)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_large_batches_read_as_the_dataclass_decoder(seed):
+    """Batches past the size read in Python (lists among their results)
+    are read by numpy calls: the same values."""
+    rng = random.Random(100 + seed)
+    kinds, spans, packed = random_pass(rng, 12, sizes=(65, 90))
+    columns = _packed.result_columns(packed, epoch=7)
+    want = _step.decode_results(kinds, columns)
+    token = object()
+    results = statecache.ColumnarResults(columns, np.array(kinds, np.uint32),
+                                         token)
+    for kind, start, count in spans:
+        assert count > _columnar._SMALL
+        check_batch(results[_columnar.Batch(kind.name, start, count, token)],
+                    want[start:start + count], kind)
+        # A part of a run, as a later batch of the same kind would be.
+        part = _columnar.Batch(kind.name, start + 3, count - 5, token)
+        check_batch(results[part], want[start + 3:start + count - 2], kind)
 
 
 def test_every_result_field_was_drawn():
