@@ -3,15 +3,18 @@
 
     PYTHONPATH=build/python /usr/bin/python3 bench/python_step_bench.py \\
         [--statecached build/bin/statecached] [--iterations 2000] [--reps 3]
-        [--json]
+        [--reference-dir ../shared/reference]
+        [--reference-bench build/bin/reference_bench]
+        [--daemon-flag=--step_channel_spin=1ms ...] [--json]
 
 Starts its own statecached on a Unix socket in a temporary directory, as
 rpc_bench does (--num_slots=4096 --model_id=bench --lease_ttl=60s, metrics
 on as deployed), and times, on that socket in the same run:
 
   * Ping from Python (grpc's Python stub): the baseline;
-  * Steps of 1 and 256 operations through the package (statecache.Session:
-    always the packed form), unary and over StepStream. The passes are
+  * Steps of 1 and 256 operations through the package (statecache.Session
+    over gRPC: always the packed form), unary and over StepStream. The
+    passes are
     rpc_bench's Scheduler's (bench/rpc/passes.h), ported: begin_pass, the
     releases of the oldest running requests, a consume_fork and a checkpoint
     for every running request, admissions resuming earlier turns, and
@@ -22,8 +25,40 @@ on as deployed), and times, on that socket in the same run:
   * in-process, the 256-op pass's build (the builder's methods), encoding
     and decoding, each timed alone; and, for comparison, the same
     StepRequest serialised through protobuf's Python API
-    (PackedOperations(**builder.columns())) instead of the package's
+    (PackedOperations of the builder's columns) instead of the package's
     encoder.
+
+Then, in the same run, a scheduler's whole 256-operation pass, building it,
+sending it and reading its results all on the clock (issue 33's measure),
+each as a ratio to the reference pool's calls for such a pass:
+
+  * the reference pool (Python, in process): the pool calls of
+    reference_bench's 256-op passes (rpc_bench's Scheduler: this bench's,
+    ported) on ../shared/reference's pool, as reference_bench times them
+    (it records the trace: --pool_trace; bench/reference_timing.py --paced
+    --passes times it, in a child process, once per repetition);
+  * the per-operation builder (StepBuilder: one dataclass per result) and
+    the columnar API (ColumnarStep: one call per kind, results read as
+    arrays), each over gRPC and over the step channel. The scheduler's own
+    decisions (which requests, their hashes: random draws and hash
+    chains) are made off the clock, as the reference's arguments are
+    converted before its clock starts; on the clock are the API's calls
+    from those decisions (the builder's 256 method calls, or the columnar
+    calls from the scheduler's lists: begin_pass, release, consume_fork
+    and checkpoint of the running batch with its ids encoded once, admit,
+    resumable_hit), the send, and reading the results (every dataclass's
+    code; the pass's codes and the admit, checkpoint and resumable_hit
+    batches' arrays);
+  * the step channel's bare round trip (kPing), its floor.
+
+A channel round trip includes waking the daemon's channel thread when it
+has stopped polling (its --step_channel_spin, 50 us by default) and gone
+to sleep on the futex: on a VM that wake-up alone can be tens of
+microseconds. --daemon-flag passes flags to the daemon (e.g.
+--step_channel_spin=1ms) to measure without it.
+
+Without the reference (no run_trace.py in --reference-dir, no
+reference_bench) one line says why and the ratios are left out.
 
 As in rpc_bench's client-library rows, a call's clock covers send() (the
 columns joined, the request serialised, the round trip, the results parsed
@@ -44,8 +79,11 @@ import json
 import os
 import platform
 import random
+import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -115,12 +153,170 @@ class Scheduler:
         return step
 
 
+class Recorder:
+    """Stands in for a StepBuilder: records each method called and its
+    arguments (the pass a Scheduler decides), to be issued later."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __len__(self):
+        return len(self.calls)
+
+    def __getattr__(self, name):
+        method = getattr(statecache.StepBuilder, name)
+
+        def record(*args):
+            # As the builder would, take the lists' values now (a later
+            # admit may trim a conversation's list).
+            self.calls.append((method, tuple(
+                a[:] if isinstance(a, list) else a for a in args)))
+        return record
+
+
+class ColumnarScheduler(Scheduler):
+    """The same scheduler deciding the same kind of passes, holding each
+    kind's operations as lists (ids, numbers, the admits' hash lists), as
+    a scheduler using the columnar API builds them: plan() returns them,
+    issue() makes the columnar calls."""
+
+    def plan(self):
+        ops, rng, convs, running = self.ops, self.rng, self.convs, self.running
+        n = 1
+        to_release = min(self.admits,
+                         max(0, len(running) + self.admits - self.batch))
+        released = [running.pop(0)[0] for _ in range(to_release)]
+        n += to_release
+        ids, blocks, boundary = [], [], []
+        for request_id, ci in running:
+            if n + 2 > ops - self.admits:
+                break
+            hashes = convs[ci]
+            hashes.append(((hashes[-1] * 1000003 + 17) % (1 << 64)) >> 1)
+            ids.append(request_id)
+            blocks.append(len(hashes))
+            boundary.append(hashes[-1])
+            n += 2
+        want = max(self.admits, self.batch - len(running))
+        admit = ([], [], [], [], [])  # ids, tokens, anchors, hashes, hits
+        for _ in range(want):
+            if n >= ops:
+                break
+            ci = rng.randrange(len(convs))
+            hashes = convs[ci]
+            if not hashes:
+                hashes.append(rng.getrandbits(63))
+            if len(hashes) > 32:
+                del hashes[1:-8]
+            kv_hit = len(hashes)
+            hashes.append(rng.getrandbits(63))
+            request_id = "r%d" % self.next_id
+            self.next_id += 1
+            for column, value in zip(admit, (
+                    request_id, len(hashes) * BLOCK + 7, len(hashes) * BLOCK,
+                    hashes[:], kv_hit)):  # a later admit may trim `hashes`
+                column.append(value)
+            running.append((request_id, ci))
+            n += 1
+        hit = ([], [], [])  # tokens, hashes, kv_hit_blocks
+        while n < ops:
+            hashes = convs[rng.randrange(len(convs))]
+            for column, value in zip(hit, (len(hashes) * BLOCK + 7, hashes,
+                                           len(hashes))):
+                column.append(value)
+            n += 1
+        return released, ids, blocks, boundary, admit, hit
+
+    @staticmethod
+    def issue(step, plan):
+        """The columnar calls of `plan`: the batches a scheduler reads."""
+        released, ids, blocks, boundary, admit, hit = plan
+        step.begin_pass()
+        step.release(released)
+        running = statecache.RequestIds(ids)  # encoded once, used twice
+        step.consume_fork(running)
+        checkpoints = step.checkpoint(running, blocks, boundary)
+        admits = step.admit(admit[0], 1, *admit[1:])
+        queries = step.resumable_hit(*hit)
+        return admits, checkpoints, queries
+
+
+class PassTrip:
+    """A scheduler's whole pass: its decisions off the clock (prepare(), as
+    the reference's arguments are converted before its clock starts), then
+    on the clock the API's calls building the pass (the per-operation
+    builder's methods, or the columnar calls), the send over `transport`
+    and the results read (every dataclass's code; the whole pass's codes
+    and the arrays of the columnar batches a scheduler reads)."""
+
+    def __init__(self, client, transport, columnar, ops=256):
+        self.session = client.attach("bench", BLOCK, client_name="py-pass",
+                                     keepalive=False, transport=transport)
+        if self.session.transport != transport:
+            raise SystemExit("no %s transport: %s" % (
+                transport, self.session.transport_reason))
+        self.columnar = columnar
+        self.sched = (ColumnarScheduler if columnar else Scheduler)(ops, 7)
+        self.plan = None
+        for _ in range(50):  # fill the running batch, untimed
+            self.prepare()
+            self.call()
+
+    def prepare(self):
+        if self.columnar:
+            self.plan = self.sched.plan()
+        else:
+            self.plan = self.sched.build(Recorder()).calls
+
+    def call(self):
+        if not self.columnar:
+            step = self.session.step()
+            for method, args in self.plan:
+                method(step, *args)
+            for r in step.send():
+                if r.code not in (0, 8):
+                    raise SystemExit("refused: %d %s" % (r.code, r.message))
+            return
+        step = self.session.columns()
+        admits, checkpoints, queries = self.sched.issue(step, self.plan)
+        results = step.send()
+        for i in results.refused:
+            if results.codes[i] != 8:
+                raise SystemExit("refused: %d" % results.codes[i])
+        admit = results[admits]
+        admit.slots, admit.fork_src, admit.blocks_resumed
+        checkpoint = results[checkpoints]
+        checkpoint.state_slot, checkpoint.fork_src, checkpoint.kept
+        results[queries].blocks
+
+    def close(self):
+        self.session.close()
+
+
+class ChannelPingTrip:
+    """The step channel's bare round trip (kPing) from Python."""
+
+    def __init__(self, client):
+        self.session = client.attach("bench", BLOCK, client_name="py-ping",
+                                     keepalive=False, transport="channel")
+
+    def prepare(self):
+        pass
+
+    def call(self):
+        self.session.ping()
+
+    def close(self):
+        self.session.close()
+
+
 class StepTrip:
-    """Steps of `ops` operations through a session (unary) or its stream."""
+    """Steps of `ops` operations through a session (unary) or its stream,
+    over gRPC."""
 
     def __init__(self, client, ops, streamed):
         self.session = client.attach("bench", BLOCK, client_name="py-bench",
-                                     keepalive=False)
+                                     keepalive=False, transport="grpc")
         self.stream = self.session.stream() if streamed else None
         self.sched = Scheduler(ops, 7)
         self.builder = None
@@ -176,7 +372,7 @@ class PingTrip:
 
     def prepare(self):
         if self.sched is not None:
-            self.sched.build(statecache.StepBuilder(None)).columns()
+            self.sched.build(statecache.StepBuilder(None))
 
     def call(self):
         self.client.ping()
@@ -271,13 +467,104 @@ def breakdown(client, n):
         trip.close()
 
 
-def run(address, iterations, reps):
+PASS_ROWS = [  # name, transport, columnar (None: the bare round trip)
+    ("per-op builder, gRPC", "grpc", False),
+    ("columnar, gRPC", "grpc", True),
+    ("per-op builder, channel", "channel", False),
+    ("columnar, channel", "channel", True),
+    ("channel bare round trip (kPing)", "channel", None),
+]
+
+
+class Reference:
+    """The reference pool's calls for reference_bench's 256-op passes,
+    timed pass by pass in a child process (bench/reference_timing.py
+    --paced --passes) one repetition at a time; `why` says why not when
+    the reference or reference_bench is missing."""
+
+    def __init__(self, reference_dir, reference_bench, python, passes):
+        self.why = None
+        self.child = None
+        self.note = ""
+        self.dir = None
+        script = os.path.join(_HERE, "reference_timing.py")
+        if not os.path.isfile(os.path.join(reference_dir, "run_trace.py")):
+            self.why = ("no run_trace.py in --reference-dir=%s (a clone has "
+                        "no ../shared/reference beside it)" % reference_dir)
+            return
+        if not os.access(reference_bench, os.X_OK):
+            self.why = "no reference_bench at %s (build it)" % reference_bench
+            return
+        self.dir = tempfile.mkdtemp(prefix="python-step-bench-")
+        trace = os.path.join(self.dir, "pass.jsonl")
+        # reference_bench records its passes' pool calls (the core's own,
+        # checked on run_trace.py) and runs its rows once.
+        done = subprocess.run(
+            [reference_bench, "--pool_trace=" + trace,
+             "--iterations=%d" % passes, "--reference_passes=%d" % passes,
+             "--reps=1", "--reference_dir=" + reference_dir,
+             "--python=" + python],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if done.returncode != 0 or not os.path.isfile(trace):
+            self.why = "reference_bench failed:\n" + done.stdout
+            return
+        for line in done.stdout.splitlines():
+            if line.startswith("reference:"):
+                note = line.split("(", 1)[1].split(") on the")[0]
+                # Its trace is a temporary file here.
+                self.note = "; ".join(part for part in note.split("; ")
+                                      if not part.startswith("trace "))
+            if line.startswith("WARNING"):
+                self.note += "; " + line
+        self.child = subprocess.Popen(
+            [python, script, "--paced", "--reference-dir", reference_dir,
+             "--passes", trace + ".passes.json", trace],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def run_once(self):
+        """One repetition: (p50, p99) of a pass's pool calls, in us."""
+        self.child.stdin.write("go\n")
+        self.child.stdin.flush()
+        line = self.child.stdout.readline()
+        fields = dict(f.split("=") for f in line.split())
+        try:
+            return (int(fields["p50_ns"]) / 1000.0,
+                    int(fields["p99_ns"]) / 1000.0)
+        except KeyError:
+            raise SystemExit("reference_timing.py said %r" % line) from None
+
+    def close(self):
+        if self.child is not None:
+            self.child.stdin.close()
+            self.child.wait()
+        if self.dir is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def make_pass_trip(client, transport, columnar):
+    if columnar is None:
+        return ChannelPingTrip(client)
+    return PassTrip(client, transport, columnar)
+
+
+def run(address, iterations, reps, reference, daemon_flags=()):
     rows = {name: {"b2b": [], "paired": [], "ping_paired": [], "build": []}
             for name, _, _ in ROWS}
+    passes = {name: [] for name, _, _ in PASS_ROWS}
+    references = []
     parts = []
     pings = []
     with statecache.Client.connect(address) as client:
         for _ in range(reps):
+            if reference.child is not None:
+                references.append(reference.run_once())
+            for name, transport, columnar in PASS_ROWS:
+                trip = make_pass_trip(client, transport, columnar)
+                try:
+                    measure(trip, 200)  # warm up
+                    passes[name].append(measure(trip, iterations))
+                finally:
+                    trip.close()
             ping = PingTrip(client)
             measure(ping, 200)  # warm up
             pings.append(measure(ping, iterations))
@@ -300,13 +587,33 @@ def run(address, iterations, reps):
         "platform": {"python": platform.python_version(),
                      "cpus_online": os.cpu_count(),
                      "cpus_allowed": sorted(os.sched_getaffinity(0)),
-                     "iterations": iterations, "reps": reps},
+                     "iterations": iterations, "reps": reps,
+                     "daemon_flags": daemon_flags},
         "ping": {"p50_us": statistics.median(ping_p50),
                  "p99_us": statistics.median(p[1] for p in pings)},
         "rows": [],
     }
     out["breakdown_256"] = {
         key: statistics.median(p[key] for p in parts) for key in parts[0]}
+    ref_p50 = [r[0] for r in references]
+    out["pass_256"] = {
+        "reference": None if not references else {
+            "p50_us": statistics.median(ref_p50),
+            "p99_us": statistics.median(r[1] for r in references),
+            "note": reference.note},
+        "reference_not_run": reference.why,
+        "rows": []}
+    for name, transport, columnar in PASS_ROWS:
+        runs = passes[name]
+        out["pass_256"]["rows"].append({
+            "name": name, "transport": transport,
+            "api": ("ping" if columnar is None else
+                    "columnar" if columnar else "per-op"),
+            "p50_us": statistics.median(x[0] for x in runs),
+            "p99_us": statistics.median(x[1] for x in runs),
+            "ratio_to_reference": None if not references else
+            statistics.median(x[0] / r for x, r in zip(runs, ref_p50)),
+        })
     for name, ops, kind in ROWS:
         r = rows[name]
         out["rows"].append({
@@ -328,9 +635,10 @@ def run(address, iterations, reps):
 def print_table(result):
     p = result["platform"]
     print("platform: python %s, %d CPUs online, allowed %s; %d iterations, "
-          "median of %d reps" % (p["python"], p["cpus_online"],
-                                 ",".join(map(str, p["cpus_allowed"])),
-                                 p["iterations"], p["reps"]))
+          "median of %d reps; extra daemon flags: %s" % (
+              p["python"], p["cpus_online"],
+              ",".join(map(str, p["cpus_allowed"])), p["iterations"],
+              p["reps"], " ".join(p["daemon_flags"]) or "none"))
     print("%-22s %9s %9s %7s | %9s %9s %7s | %9s" % (
         "row", "p50 us", "p99 us", "x Ping", "paired", "its Ping", "ratio",
         "build us"))
@@ -351,6 +659,26 @@ def print_table(result):
     print("p50/p99: back to back; paired: interleaved with Pings after the "
           "same client work; build: the builder's methods, off the clock; "
           "gRPC only: the same requests as bytes, results not decoded")
+    p = result["pass_256"]
+    print()
+    print("A scheduler's whole 256-op pass: build + send + read results on "
+          "the clock; x ref: p50 / the reference pool's p50 in the same "
+          "repetition (median of the repetitions' ratios)")
+    if p["reference"] is None:
+        print("reference rows not run: %s" % p["reference_not_run"])
+    print("  %-50s %9s %9s %7s" % ("256-op pass", "p50 us", "p99 us",
+                                   "x ref"))
+    if p["reference"] is not None:
+        print("  %-50s %9.1f %9.1f %7s" % (
+            "reference pool (Python, in process), its calls",
+            p["reference"]["p50_us"], p["reference"]["p99_us"], "1.00"))
+    for r in p["rows"]:
+        ratio = r["ratio_to_reference"]
+        print("  %-50s %9.1f %9.1f %7s" % (
+            r["name"], r["p50_us"], r["p99_us"],
+            "-" if ratio is None else "%.3f" % ratio))
+    if p["reference"] is not None:
+        print("  reference: %s" % p["reference"]["note"])
 
 
 def main():
@@ -360,13 +688,31 @@ def main():
                                     "statecached")))
     parser.add_argument("--iterations", type=int, default=2000)
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--reference-dir", default=os.path.join(
+        _HERE, os.pardir, os.pardir, "shared", "reference"),
+        help="the reference's run_trace.py (reference_bench's "
+        "--reference_dir)")
+    parser.add_argument("--reference-bench", default=os.path.join(
+        _HERE, os.pardir, "build", "bin", "reference_bench"),
+        help="reference_bench, which records the reference rows' trace")
+    parser.add_argument("--reference-passes", type=int, default=300,
+                        help="timed passes per run of the reference row")
+    parser.add_argument("--daemon-flag", action="append", default=[],
+                        help="an extra statecached flag (repeatable)")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object instead of the table")
     args = parser.parse_args()
-    with Daemon(["--num_slots=%d" % SLOTS, "--model_id=bench",
-                 "--lease_ttl=60s", "--metrics_address=127.0.0.1:0"],
-                binary=args.statecached) as daemon:
-        result = run(daemon.address, args.iterations, args.reps)
+    reference = Reference(os.path.abspath(args.reference_dir),
+                          args.reference_bench, sys.executable,
+                          args.reference_passes)
+    try:
+        with Daemon(["--num_slots=%d" % SLOTS, "--model_id=bench",
+                     "--lease_ttl=60s", "--metrics_address=127.0.0.1:0"]
+                    + args.daemon_flag, binary=args.statecached) as daemon:
+            result = run(daemon.address, args.iterations, args.reps,
+                         reference, args.daemon_flag)
+    finally:
+        reference.close()
     if args.json:
         print(json.dumps(result, indent=1))
     else:

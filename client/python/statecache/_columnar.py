@@ -1175,6 +1175,7 @@ class ColumnarResults:
         kinds: the pass's operation kinds (uint32).
         codes: every operation's code (uint32), in pass order.
         epoch: the daemon's epoch.
+        refused: the refused operations' indexes (a list, usually empty).
 
     Where each run of operations of one kind starts in the columns is
     worked out once, here: a kind with a fixed number of values takes them
@@ -1282,6 +1283,12 @@ class ColumnarResults:
             return 0
         return bisect.bisect_left(refused, hi) - bisect.bisect_left(refused,
                                                                      lo)
+
+    @property
+    def refused(self) -> list[int]:
+        """The indexes (in the pass) of the operations refused, in order:
+        usually none."""
+        return list(self._refused)
 
     def __len__(self) -> int:
         return len(self.kinds)

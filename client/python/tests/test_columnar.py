@@ -310,6 +310,7 @@ def test_a_columnar_pass(session):
     assert a.blocks_resumed.tolist() == [0, 0, 0]
     assert a.fork_src.tolist() == [-1, -1, -1]
     assert a.adopted.dtype == bool
+    assert results.refused == [again.start]
     dup = results[again]
     assert dup.codes.tolist() == [ALREADY_EXISTS] and not dup.ok[0]
     assert "a" in dup.messages[0]
