@@ -492,6 +492,26 @@ def test_snapshot_checkpoints_and_copy(start):
     assert s.counts["copies"] > 0
 
 
+@pytest.mark.parametrize("snapshot", [False, True],
+                         ids=["checkpoint", "snapshot"])
+def test_a_columnar_after_forward_step_runs_the_same_turns(start, snapshot):
+    """The after-forward step through the columnar API (consume_fork,
+    publish, checkpoint or snapshot, copy, release, unindex: one call
+    each) gives the same turns, bit exact, as the step builder's."""
+    got = []
+    for columnar in (False, True):
+        daemon = start(64, num_spec=2)
+        turns, s, _ = run(daemon, conversations(5, max_new=10), num_spec=2,
+                          snapshot=snapshot, columnar=columnar)
+        assert_bit_exact(turns)
+        got.append(([(t.request, t.how, t.blocks_resumed, t.resumed_pos,
+                      t.tokens, t.accepted) for t in turns], s.counts))
+    assert got[0] == got[1]
+    counts = got[1][1]
+    assert counts["published"] and counts["copies"]
+    assert counts["checkpoints_kept"]
+
+
 def test_speculative_decoding_with_rollback_slots(start):
     daemon = start(96, num_spec=2)
     convs = conversations(4, max_new=16)

@@ -190,12 +190,15 @@ class Scheduler:
         ignore_fork_src: a deliberately broken runner that reads slot 0
             where it should read fork_src (the tests' negative control).
         on_pass: called with the Scheduler after each pass.
+        columnar: build the pass's after-forward step with the columnar
+            API (session.columns(): one call per kind for the whole batch,
+            results read as arrays) instead of the step builder.
     """
 
     def __init__(self, session, runner, kv, max_admit=MAX_ADMIT, chunk=CHUNK,
                  midstep_every=MIDSTEP_EVERY, snapshot=False,
                  ignore_fork_src=False, on_pass=None, advised=False,
-                 cache_decode=False):
+                 cache_decode=False, columnar=False):
         self.session = session
         self.runner = runner
         self.kv = kv
@@ -216,6 +219,7 @@ class Scheduler:
         self.snapshot = snapshot
         self.ignore_fork_src = ignore_fork_src
         self.on_pass = on_pass
+        self.columnar = columnar
         self.waiting = []
         self.running = []
         self.passes = 0
@@ -503,6 +507,8 @@ class Scheduler:
     # ---- after the forward
 
     def after_forward(self, forwarded):
+        if self.columnar:
+            return self.after_forward_columnar(forwarded)
         step = self.session.step()
         for r in forwarded:
             if r.read_fork:                 # the fork this forward read
@@ -555,6 +561,63 @@ class Scheduler:
         at += len(checkpointing)
         for result in results[at:]:
             result.check()
+        self.counts["copies"] += len(copying)
+
+
+    def after_forward_columnar(self, forwarded):
+        """after_forward through the columnar API: each kind's operations
+        for the whole batch in one call, in the same order, and their
+        results read by batch."""
+        step = self.session.columns()
+        forked = [r for r in forwarded if r.read_fork]
+        consumed = step.consume_fork([r.id for r in forked])
+        for r in forked:
+            r.read_from = -1
+        publishing = [r for r in forwarded if r.reservations]
+        published = step.publish([r.id for r in publishing])
+        checkpointing = [r for r in forwarded if self.checkpoint_here(r)]
+        ids = [r.id for r in checkpointing]
+        hashes = [self.boundary_hash(r) for r in checkpointing]
+        if self.snapshot:
+            checkpoints = step.snapshot(
+                ids, position=[r.pos for r in checkpointing], hash=hashes)
+        else:
+            checkpoints = step.checkpoint(
+                ids, boundary_blocks=[r.pos // self.block
+                                      for r in checkpointing],
+                hash=hashes)
+        copying = [r for r in forwarded if r.accept_index]
+        step.copy([r.id for r in copying],
+                  from_index=[r.accept_index for r in copying], to_index=0)
+        finished = [r for r in forwarded if r.finished]
+        step.release([r.id for r in finished])
+        for r in finished:
+            self.running.remove(r)
+        evicted = self.kv.take_evicted()
+        if evicted:
+            step.unindex(evicted)       # one operation: all these hashes
+        if not len(step):
+            return
+        results = self.send(step)
+        results[consumed].check()
+        self.counts["published"] += int(
+            results[published].check().published.sum())
+        for r in publishing:
+            r.reservations = []
+        kept = results[checkpoints].check()
+        for i, r in enumerate(checkpointing):
+            if r.pos == r.boundary:
+                r.checkpointed = True
+            if r.pos in r.wanted:
+                r.wanted.remove(r.pos)
+            self.counts["checkpoints_kept" if kept.kept[i]
+                        else "checkpoints_dropped"] += 1
+            if kept.kept[i] and not self.snapshot:
+                # The request moved: it writes state_slot from now on and
+                # its next forward reads the checkpoint it left.
+                r.slots[0] = int(kept.state_slot[i])
+                r.read_from = int(kept.fork_src[i])
+        results.check()  # the copies, releases and unindex
         self.counts["copies"] += len(copying)
 
 
