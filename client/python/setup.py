@@ -15,6 +15,7 @@ PATH's grpc_python_plugin. Without protoc or the plugin, grpcio-tools
 (python -m grpc_tools.protoc) is used if importable.
 """
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -46,9 +47,7 @@ def _protoc_command(out):
     if protoc and plugin:
         return [protoc, "--plugin=protoc-gen-grpc=" + plugin,
                 "--grpc_out=" + out]
-    try:
-        import grpc_tools  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("grpc_tools") is None:
         sys.exit("statecache: need protoc and grpc_python_plugin (Debian: "
                  "protobuf-compiler, protobuf-compiler-grpc; or set PROTOC "
                  "and GRPC_PYTHON_PLUGIN), or grpcio-tools")

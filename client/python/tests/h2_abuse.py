@@ -22,7 +22,6 @@ Only the standard library: it must run wherever the tests run.
 """
 
 import argparse
-import os
 import select
 import socket
 import struct

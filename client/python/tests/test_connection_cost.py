@@ -6,8 +6,6 @@ are closed at once, and an HTTP/2 rapid reset (h2_abuse.py) keeps the
 daemon's memory bounded.
 """
 
-import os
-import socket
 import threading
 import time
 
@@ -18,7 +16,7 @@ from statecache.testing import Daemon
 from statecache.v1 import statecache_pb2 as pb
 
 import h2_abuse
-from conftest import BLOCK, MODEL_ID, attach, identity_flags
+from conftest import attach, identity_flags
 
 # Low, so that the silent connections below fill it.
 MAX_CONNECTIONS = 8

@@ -9,8 +9,6 @@ still runs (checkpoints are dropped for want of slots, so it saves less).
 import os
 import sys
 
-import pytest
-
 import statecache
 from conftest import BLOCK, attach
 

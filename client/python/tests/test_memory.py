@@ -3,6 +3,7 @@ daemon's POSIX shared memory, seen by a second process, and moved by the
 daemon's copy engine."""
 
 import hashlib
+import importlib.util
 import inspect
 import os
 import subprocess
@@ -174,11 +175,7 @@ def test_copy_moves_a_rollback_slot_into_the_committed_one(start_daemon,
 
 
 def test_torch_and_gpu_views_need_torch(memory_daemon):
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        pass
-    else:
+    if importlib.util.find_spec("torch") is not None:
         pytest.skip("torch is installed: this checks the message without it")
     with statecache.Client.connect(memory_daemon.address) as client, \
             attach(client) as session:
