@@ -57,6 +57,17 @@ through a thread of its own: bench/python_step_bench.py measures both)::
     with s.stream() as stream:
         results = stream.step().begin_pass().release("r1").send()
 
+Columnar passes: ``s.columns()`` gives a :class:`ColumnarStep`, whose
+methods (the same kinds and argument names) each add one operation per
+element of numpy arrays or sequences and return a :class:`Batch`; its
+``send()`` returns :class:`ColumnarResults`, read by batch as numpy arrays
+(``results[batch].state_slot``), with no Python object per operation.
+
+Transports: over the daemon's Unix socket a session's steps go through a
+step channel (shared memory with the daemon) unless
+``attach(transport="grpc")``; ``s.transport`` says which, and the results
+and errors are the same either way (client/README.md, "Transports").
+
 Errors: an RPC refused as a whole raises an :class:`Error` subclass
 (``.code`` a grpc.StatusCode, ``.message`` the daemon's); an operation
 refused inside a step is a result whose ``.code`` is non-zero (``.ok`` is
@@ -78,8 +89,10 @@ Operators: ``client.admin.stats()``, ``.sessions()``, ``.resize(n)``,
 ``.evict(session_id)``, ``.drain()``.
 
 Cost: a step's Python work is building it (a few list appends per
-operation), encoding the columns and decoding the results into dataclasses;
-the rest is grpc's Python call. bench/python_step_bench.py measures each.
+operation, or one columnar call per kind), encoding the columns and reading
+the results (dataclasses, or arrays); the rest is the transport: grpc's
+Python call, or the step channel's round trip. bench/python_step_bench.py
+measures each.
 
 Tests: :mod:`statecache.testing` starts a real daemon on a private socket.
 The raw generated stubs are ``statecache.v1.statecache_pb2`` and
