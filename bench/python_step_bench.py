@@ -547,7 +547,8 @@ def make_pass_trip(client, transport, columnar):
     return PassTrip(client, transport, columnar)
 
 
-def run(address, iterations, reps, reference, daemon_flags=()):
+def run(address, iterations, reps, reference, daemon_flags=(),
+        passes_only=False):
     rows = {name: {"b2b": [], "paired": [], "ping_paired": [], "build": []}
             for name, _, _ in ROWS}
     passes = {name: [] for name, _, _ in PASS_ROWS}
@@ -565,6 +566,8 @@ def run(address, iterations, reps, reference, daemon_flags=()):
                     passes[name].append(measure(trip, iterations))
                 finally:
                     trip.close()
+            if passes_only:
+                continue
             ping = PingTrip(client)
             measure(ping, 200)  # warm up
             pings.append(measure(ping, iterations))
@@ -583,6 +586,9 @@ def run(address, iterations, reps, reference, daemon_flags=()):
                     trip.close()
             parts.append(breakdown(client, iterations))
     ping_p50 = [p[0] for p in pings]
+    if passes_only:
+        ping_p50 = [0.0]
+        pings = [(0.0, 0.0)]
     out = {
         "platform": {"python": platform.python_version(),
                      "cpus_online": os.cpu_count(),
@@ -594,7 +600,8 @@ def run(address, iterations, reps, reference, daemon_flags=()):
         "rows": [],
     }
     out["breakdown_256"] = {
-        key: statistics.median(p[key] for p in parts) for key in parts[0]}
+        key: statistics.median(p[key] for p in parts)
+        for key in (parts[0] if parts else ())}
     ref_p50 = [r[0] for r in references]
     out["pass_256"] = {
         "reference": None if not references else {
@@ -614,7 +621,7 @@ def run(address, iterations, reps, reference, daemon_flags=()):
             "ratio_to_reference": None if not references else
             statistics.median(x[0] / r for x, r in zip(runs, ref_p50)),
         })
-    for name, ops, kind in ROWS:
+    for name, ops, kind in ([] if passes_only else ROWS):
         r = rows[name]
         out["rows"].append({
             "name": name.strip(), "ops": ops, "trip": kind,
@@ -639,6 +646,12 @@ def print_table(result):
               p["python"], p["cpus_online"],
               ",".join(map(str, p["cpus_allowed"])), p["iterations"],
               p["reps"], " ".join(p["daemon_flags"]) or "none"))
+    if result["rows"]:
+        print_step_rows(result)
+    print_pass_rows(result)
+
+
+def print_step_rows(result):
     print("%-22s %9s %9s %7s | %9s %9s %7s | %9s" % (
         "row", "p50 us", "p99 us", "x Ping", "paired", "its Ping", "ratio",
         "build us"))
@@ -659,8 +672,11 @@ def print_table(result):
     print("p50/p99: back to back; paired: interleaved with Pings after the "
           "same client work; build: the builder's methods, off the clock; "
           "gRPC only: the same requests as bytes, results not decoded")
-    p = result["pass_256"]
     print()
+
+
+def print_pass_rows(result):
+    p = result["pass_256"]
     print("A scheduler's whole 256-op pass: build + send + read results on "
           "the clock; x ref: p50 / the reference pool's p50 in the same "
           "repetition (median of the repetitions' ratios)")
@@ -699,6 +715,8 @@ def main():
                         help="timed passes per run of the reference row")
     parser.add_argument("--daemon-flag", action="append", default=[],
                         help="an extra statecached flag (repeatable)")
+    parser.add_argument("--passes-only", action="store_true",
+                        help="only the whole-pass rows against the reference")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object instead of the table")
     args = parser.parse_args()
@@ -710,7 +728,7 @@ def main():
                      "--lease_ttl=60s", "--metrics_address=127.0.0.1:0"]
                     + args.daemon_flag, binary=args.statecached) as daemon:
             result = run(daemon.address, args.iterations, args.reps,
-                         reference, args.daemon_flag)
+                         reference, args.daemon_flag, args.passes_only)
     finally:
         reference.close()
     if args.json:
