@@ -14,7 +14,8 @@ configures, builds and tests:
   cmake --workflow --preset tsan   the daemon core and its concurrent stress
                                    under ThreadSanitizer (build-tsan/)
   cmake --workflow --preset fuzz   pool_fuzz, step_fuzz, saved_state_fuzz,
-                                   FUZZ_SECONDS each (build-fuzz/)
+                                   step_channel_fuzz, FUZZ_SECONDS each
+                                   (build-fuzz/)
 
 run in order whether or not an earlier one failed, with --jobs as
 CMAKE_BUILD_PARALLEL_LEVEL and CTEST_PARALLEL_LEVEL (the presets leave jobs

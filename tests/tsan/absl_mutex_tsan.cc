@@ -73,15 +73,24 @@ constexpr unsigned kRead = __tsan_mutex_read_lock;
 constexpr unsigned kTry = __tsan_mutex_try_lock;
 constexpr unsigned kTryFailed = __tsan_mutex_try_lock_failed;
 
+// Waits in progress on this thread: Abseil's wait entry points call one
+// another (its AwaitWithTimeout calls AwaitWithDeadline, through the PLT,
+// so the definition below), and only the outermost one says what happens
+// to the lock (twice would be an unlock of an unlocked mutex to TSan).
+thread_local int waiting_depth = 0;
+
 // The lock is held (in writer mode) on both sides of `wait`, which gives it
 // back and takes it again inside: an unlock, then a lock.
 template <typename F>
 auto Waiting(Mutex* mu, F wait) {
+  if (waiting_depth > 0) return wait();
+  ++waiting_depth;
   __tsan_mutex_pre_unlock(mu, 0);
   auto result = wait();
   __tsan_mutex_post_unlock(mu, 0);
   __tsan_mutex_pre_lock(mu, 0);
   __tsan_mutex_post_lock(mu, 0, 0);
+  --waiting_depth;
   return result;
 }
 
