@@ -14,9 +14,10 @@
 // may open one. The object is created O_EXCL with the state memory's mode
 // and group and, when the daemon runs as root, owned by the peer's uid; its
 // name is unlinked as soon as the first request arrives. Nothing the client
-// writes is trusted: the request area is copied before it is read, every
-// count is checked against the area, and the control words only decide
-// when the daemon looks.
+// writes is trusted: the request is copied out of the area (its header,
+// then each column within the bounds the copied header gives, every count
+// checked against the area) before any of it is validated or run, and the
+// control words only decide when the daemon looks.
 //
 // A channel ends when the client sends kClose, when its session is no
 // longer attached (detach, eviction, lease expiry: noticed within one
