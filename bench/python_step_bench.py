@@ -39,16 +39,21 @@ each as a ratio to the reference pool's calls for such a pass:
     --passes times it, in a child process, once per repetition);
   * the per-operation builder (StepBuilder: one dataclass per result) and
     the columnar API (ColumnarStep: one call per kind, results read as
-    arrays), each over gRPC and over the step channel. The scheduler's own
-    decisions (which requests, their hashes: random draws and hash
-    chains) are made off the clock, as the reference's arguments are
-    converted before its clock starts; on the clock are the API's calls
+    arrays), each over gRPC and over the step channel. As the reference's
+    passes are timed (their arguments converted before the clock starts,
+    then the passes one after another), the scheduler's own decisions for
+    all the passes of a measurement (which requests, their hashes: random
+    draws and hash chains) are made first, off the clock; then, pass after
+    pass, on the clock are the API's calls
     from those decisions (the builder's 256 method calls, or the columnar
     calls from the scheduler's lists: begin_pass, release, consume_fork
     and checkpoint of the running batch with its ids encoded once, admit,
     resumable_hit), the send, and reading the results (every dataclass's
-    code; the pass's codes and the admit, checkpoint and resumable_hit
-    batches' arrays);
+    code; the pass's refusals and the admit, checkpoint and resumable_hit
+    batches' arrays). A second columnar row takes its decisions as a
+    scheduler keeping its batch in arrays holds them: the running batch's
+    ids encoded once (RequestIds) and its numbers as numpy arrays, made
+    off the clock; the block hashes stay lists;
   * the step channel's bare round trip (kPing), its floor.
 
 A channel round trip includes waking the daemon's channel thread when it
@@ -85,6 +90,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+import numpy as np
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 try:
@@ -178,7 +185,15 @@ class ColumnarScheduler(Scheduler):
     """The same scheduler deciding the same kind of passes, holding each
     kind's operations as lists (ids, numbers, the admits' hash lists), as
     a scheduler using the columnar API builds them: plan() returns them,
-    issue() makes the columnar calls."""
+    issue() makes the columnar calls. With `arrays`, the plan holds what
+    a scheduler keeping its batch in arrays would: the running batch's ids
+    encoded (RequestIds), every number column a numpy array; the admits'
+    and queries' block hashes stay lists (an engine's prefix cache gives
+    them so)."""
+
+    def __init__(self, ops, seed, arrays=False):
+        Scheduler.__init__(self, ops, seed)
+        self.arrays = arrays
 
     def plan(self):
         ops, rng, convs, running = self.ops, self.rng, self.convs, self.running
@@ -221,10 +236,16 @@ class ColumnarScheduler(Scheduler):
         hit = ([], [], [])  # tokens, hashes, kv_hit_blocks
         while n < ops:
             hashes = convs[rng.randrange(len(convs))]
-            for column, value in zip(hit, (len(hashes) * BLOCK + 7, hashes,
-                                           len(hashes))):
+            for column, value in zip(hit, (len(hashes) * BLOCK + 7,
+                                           hashes[:], len(hashes))):
                 column.append(value)
             n += 1
+        if self.arrays:
+            ids = statecache.RequestIds(ids)
+            blocks, boundary = np.array(blocks), np.array(boundary)
+            admit = (admit[0], np.array(admit[1]), np.array(admit[2]),
+                     admit[3], np.array(admit[4]))
+            hit = (np.array(hit[0]), hit[1], np.array(hit[2]))
         return released, ids, blocks, boundary, admit, hit
 
     @staticmethod
@@ -233,7 +254,8 @@ class ColumnarScheduler(Scheduler):
         released, ids, blocks, boundary, admit, hit = plan
         step.begin_pass()
         step.release(released)
-        running = statecache.RequestIds(ids)  # encoded once, used twice
+        running = (ids if isinstance(ids, statecache.RequestIds)
+                   else statecache.RequestIds(ids))  # encoded once
         step.consume_fork(running)
         checkpoints = step.checkpoint(running, blocks, boundary)
         admits = step.admit(admit[0], 1, *admit[1:])
@@ -249,14 +271,15 @@ class PassTrip:
     and the results read (every dataclass's code; the whole pass's codes
     and the arrays of the columnar batches a scheduler reads)."""
 
-    def __init__(self, client, transport, columnar, ops=256):
+    def __init__(self, client, transport, columnar, ops=256, arrays=False):
         self.session = client.attach("bench", BLOCK, client_name="py-pass",
                                      keepalive=False, transport=transport)
         if self.session.transport != transport:
             raise SystemExit("no %s transport: %s" % (
                 transport, self.session.transport_reason))
         self.columnar = columnar
-        self.sched = (ColumnarScheduler if columnar else Scheduler)(ops, 7)
+        self.sched = (ColumnarScheduler(ops, 7, arrays) if columnar
+                      else Scheduler(ops, 7))
         self.plan = None
         for _ in range(50):  # fill the running batch, untimed
             self.prepare()
@@ -299,6 +322,7 @@ class ChannelPingTrip:
     def __init__(self, client):
         self.session = client.attach("bench", BLOCK, client_name="py-ping",
                                      keepalive=False, transport="channel")
+        self.plan = None
 
     def prepare(self):
         pass
@@ -397,6 +421,23 @@ def measure(trip, n):
     return summarise([timed(trip) for _ in range(n)])
 
 
+def measure_planned(trip, n):
+    """As the reference's passes are timed: the `n` passes' decisions made
+    first (trip.prepare(), off the clock), then the passes one after
+    another, each on the clock."""
+    plans = []
+    for _ in range(n):
+        trip.prepare()
+        plans.append(trip.plan)
+    ns = []
+    for plan in plans:
+        trip.plan = plan
+        t0 = _clock()
+        trip.call()
+        ns.append(_clock() - t0)
+    return summarise(ns)
+
+
 def measure_paired(trip, ping, n, block=8):
     times = ([], [])
     done = 0
@@ -467,11 +508,13 @@ def breakdown(client, n):
         trip.close()
 
 
-PASS_ROWS = [  # name, transport, columnar (None: the bare round trip)
+PASS_ROWS = [  # name, transport, columnar (None: the bare round trip;
+    # "arrays": columnar, the batch held in arrays)
     ("per-op builder, gRPC", "grpc", False),
     ("columnar, gRPC", "grpc", True),
     ("per-op builder, channel", "channel", False),
     ("columnar, channel", "channel", True),
+    ("columnar, batch in arrays, channel", "channel", "arrays"),
     ("channel bare round trip (kPing)", "channel", None),
 ]
 
@@ -544,6 +587,8 @@ class Reference:
 def make_pass_trip(client, transport, columnar):
     if columnar is None:
         return ChannelPingTrip(client)
+    if columnar == "arrays":
+        return PassTrip(client, transport, True, arrays=True)
     return PassTrip(client, transport, columnar)
 
 
@@ -562,8 +607,8 @@ def run(address, iterations, reps, reference, daemon_flags=(),
             for name, transport, columnar in PASS_ROWS:
                 trip = make_pass_trip(client, transport, columnar)
                 try:
-                    measure(trip, 200)  # warm up
-                    passes[name].append(measure(trip, iterations))
+                    measure_planned(trip, 200)  # warm up
+                    passes[name].append(measure_planned(trip, iterations))
                 finally:
                     trip.close()
             if passes_only:
@@ -615,6 +660,7 @@ def run(address, iterations, reps, reference, daemon_flags=(),
         out["pass_256"]["rows"].append({
             "name": name, "transport": transport,
             "api": ("ping" if columnar is None else
+                    "columnar, arrays" if columnar == "arrays" else
                     "columnar" if columnar else "per-op"),
             "p50_us": statistics.median(x[0] for x in runs),
             "p99_us": statistics.median(x[1] for x in runs),
