@@ -219,6 +219,10 @@ ABSL_FLAG(absl::Duration, step_channel_spin, absl::Microseconds(50),
           "How long a step channel's thread polls for the next request "
           "after a reply before it sleeps (0 to 10ms): a scheduler's next "
           "pass often comes sooner than a wake-up would.");
+ABSL_FLAG(absl::Duration, step_channel_expect_spin, absl::Milliseconds(2),
+          "How long a step channel's thread polls for a pass its client "
+          "announced it is building (0 to 100ms): the pass then finds the "
+          "thread awake however long it took to build.");
 
 namespace statecache {
 namespace {
@@ -496,6 +500,7 @@ StepChannelOptions StepChannelOptionsFromFlags(const RegionAccess& access) {
   options.request_area_bytes = options.reply_area_bytes =
       area < 0 ? 0 : static_cast<size_t>(area);
   options.spin = absl::GetFlag(FLAGS_step_channel_spin);
+  options.expect_spin = absl::GetFlag(FLAGS_step_channel_expect_spin);
   options.mode = access.mode;
   options.group = access.group;
   return options;

@@ -20,6 +20,15 @@
 // client that cannot order its store of request_seq before its load of
 // daemon_waiting (Python) simply always wakes.
 //
+// A client may announce a pass it is about to build: it stores the
+// request_seq that pass will publish in `expect_seq` and wakes the daemon.
+// The daemon then polls for that request for up to its longer expect
+// window instead of sleeping, so a pass that takes a while to build (a
+// Python scheduler's) does not pay a wake-up when it is published. An
+// announcement is a hint: nothing else depends on it, and a stale or
+// hostile one costs the daemon at most one expect window of polling per
+// wake-up.
+//
 // A request (RequestHeader, then its columns) is a command:
 //   kStep:     a Step of the session the channel is bound to, its
 //              operations as PackedOperations' columns, fixed width:
@@ -86,6 +95,7 @@ inline constexpr size_t kHeaderBytes = 64;  // RequestHeader, ReplyHeader
 //   closed:      set to 1 by the daemon when the channel ends;
 //   request_seq: the client's futex word (incremented per request);
 //   daemon_waiting: 1 while the daemon sleeps on request_seq;
+//   expect_seq:  the request_seq of a pass the client announced (0: none);
 //   reply_seq:   the daemon's futex word (= the request_seq it answered);
 //   client_waiting: 1 while the client sleeps on reply_seq.
 // The two sides' words sit on their own cache lines.
@@ -102,6 +112,7 @@ inline constexpr size_t kHeartbeatMs = 56;     // uint32
 inline constexpr size_t kClosed = 60;          // uint32
 inline constexpr size_t kRequestSeq = 64;      // uint32
 inline constexpr size_t kDaemonWaiting = 68;   // uint32
+inline constexpr size_t kExpectSeq = 72;       // uint32
 inline constexpr size_t kReplySeq = 128;       // uint32
 inline constexpr size_t kClientWaiting = 132;  // uint32
 }  // namespace control

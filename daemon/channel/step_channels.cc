@@ -184,7 +184,8 @@ uint32_t StepChannels::Channel::WaitForRequest(uint32_t last) {
   std::atomic_ref<uint32_t> seq = sc::Word(base_, sc::control::kRequestSeq);
   std::atomic_ref<uint32_t> waiting =
       sc::Word(base_, sc::control::kDaemonWaiting);
-  const absl::Time spin_until = absl::Now() + options_.spin;
+  std::atomic_ref<uint32_t> expect = sc::Word(base_, sc::control::kExpectSeq);
+  absl::Time spin_until = absl::Now() + options_.spin;
   for (int looks = 1;; ++looks) {
     if (closing_.load() || faulted()) return last;
     const uint32_t now = seq.load();
@@ -197,11 +198,17 @@ uint32_t StepChannels::Channel::WaitForRequest(uint32_t last) {
     // daemon_waiting, then the kernel reads request_seq: one of us sees the
     // other (both seq_cst).
     waiting.store(1);
-    if (seq.load() == last && !closing_.load()) {
+    if (seq.load() == last && !closing_.load() && expect.load() != last + 1) {
       sc::FutexWait(sc::WordAddress(base_, sc::control::kRequestSeq), last,
                     options_.heartbeat);
     }
     waiting.store(0);
+    // Woken with the next pass announced: poll for it a while longer. The
+    // announcement is spent once read, so it buys one window.
+    if (expect.load() == last + 1) {
+      expect.store(0);
+      spin_until = absl::Now() + options_.expect_spin;
+    }
   }
 }
 
@@ -303,6 +310,11 @@ absl::Status StepChannels::ValidateOptions(const StepChannelOptions& options) {
       options.spin > absl::Milliseconds(10)) {
     return absl::InvalidArgumentError(
         "--step_channel_spin must be in [0, 10ms]");
+  }
+  if (options.expect_spin < absl::ZeroDuration() ||
+      options.expect_spin > absl::Milliseconds(100)) {
+    return absl::InvalidArgumentError(
+        "--step_channel_expect_spin must be in [0, 100ms]");
   }
   if (options.first_request_timeout < absl::Milliseconds(1) ||
       options.first_request_timeout > absl::Hours(1)) {

@@ -57,6 +57,7 @@ STEP, PING, CONTINUE, CLOSE = 1, 2, 3, 4
 _HEARTBEAT_MS = 56 // 4
 _CLOSED = 60 // 4
 _REQUEST_SEQ = 64 // 4
+_EXPECT_SEQ = 72 // 4
 _REPLY_SEQ = 128 // 4
 _CLIENT_WAITING = 132 // 4
 # Its 64-bit words.
@@ -328,6 +329,18 @@ class StepChannel:
         if reply is None:
             return None
         return self._parse(reply)
+
+    def announce(self) -> None:
+        """Tells the daemon a pass is being built (expect_seq): its thread,
+        woken now, polls for that pass instead of sleeping, so the pass
+        does not wait on a wake-up when it is sent. A hint; a closed
+        channel ignores it."""
+        if self.closed:
+            return
+        words = self._words
+        words[_EXPECT_SEQ] = (words[_REQUEST_SEQ] + 1) & 0xFFFFFFFF
+        _syscall(_SYS_FUTEX, self._request_seq_at, _FUTEX_WAKE, 0x7FFFFFFF,
+                 None, None, 0)
 
     def ping(self, timeout: float = 5.0) -> None:
         """A bare round trip (kPing): the daemon answers an empty reply.

@@ -671,14 +671,25 @@ class Session(StepSender):
 
     def step(self) -> StepBuilder:
         """A new :class:`StepBuilder` whose ``send()`` runs it as one unary
-        Step (always in the packed form)."""
+        Step (always in the packed form). Over a step channel, the daemon
+        is told a pass is coming, so it is awake when it is sent."""
+        self._announce()
         return StepBuilder(self)
 
     def columns(self) -> ColumnarStep:
         """A new :class:`ColumnarStep` (operations added by columns, results
         read as numpy arrays) whose ``send()`` runs it as one unary
-        Step."""
+        Step; announced as :meth:`step`'s."""
+        self._announce()
         return ColumnarStep(self._send_columns)
+
+    def _announce(self) -> None:
+        channel = self._channel
+        if channel is not None:
+            try:
+                channel.announce()
+            except ValueError:  # closed meanwhile by another thread: a hint
+                pass
 
     def stream(self) -> StepStream:
         """A :class:`StepStream` over one long-lived StepStream call (no
