@@ -149,10 +149,16 @@ class Draw {
 // call would act on (StateCache::DebugDump: the pool's whole dump, so a
 // refusal that reorders the LRU or re-files a hash without changing a count
 // shows, and each session's requests and pins).
-inline std::string Visible(StateCache& cache) {
+// Without `channel_counts`, the step channels' counts are left out: the
+// channels' heartbeat thread changes them on its own time.
+inline std::string Visible(StateCache& cache, bool channel_counts = true) {
   v1::GetStatsResponse stats;
   cache.GetStats(&stats);
   stats.clear_uptime_seconds();
+  if (!channel_counts) {
+    stats.clear_step_channels_open();
+    stats.clear_step_channels_opened();
+  }
   v1::ListSessionsRequest list;
   list.set_page_size(1000);
   v1::ListSessionsResponse sessions;

@@ -180,24 +180,7 @@ class RawStepChannel {
 // channels' heartbeat thread changes on its own time (it reaps ended
 // channels): what a request over a channel must leave alone.
 inline std::string VisibleLessChannels(StateCache& cache) {
-  v1::GetStatsResponse stats;
-  cache.GetStats(&stats);
-  stats.clear_uptime_seconds();
-  stats.clear_step_channels_open();
-  stats.clear_step_channels_opened();
-  v1::ListSessionsRequest list;
-  list.set_page_size(1000);
-  v1::ListSessionsResponse sessions;
-  std::string out = stats.ShortDebugString();
-  if (absl::Status st = cache.ListSessions(list, &sessions); !st.ok()) {
-    absl::StrAppend(&out, " | ListSessions: ", st.ToString());
-  }
-  for (const v1::SessionInfo& s : sessions.sessions()) {
-    absl::StrAppend(&out, " | ", s.handle(), " requests=", s.requests(),
-                    " slots=", s.slots(), " pins=", s.pins());
-  }
-  absl::StrAppend(&out, "\n", cache.DebugDump());
-  return out;
+  return Visible(cache, /*channel_counts=*/false);
 }
 
 }  // namespace statecache

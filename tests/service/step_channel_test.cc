@@ -228,26 +228,23 @@ std::optional<v1::PackedOperations> ParseRequest(const char* area,
     std::memcpy(value, area + offsets[column] + index * sizeof(*value),
                 sizeof(*value));
   };
-  for (uint32_t i = 0; i < h.args; ++i) {
-    int64_t v;
-    read(0, i, &v);
-    p.add_args(v);
-  }
-  for (uint32_t i = 0; i < h.hashes; ++i) {
-    int64_t v;
-    read(1, i, &v);
-    p.add_hashes(v);
-  }
-  for (uint32_t i = 0; i < h.kinds; ++i) {
-    uint32_t v;
-    read(2, i, &v);
-    p.add_kinds(v);
-  }
-  for (uint32_t i = 0; i < h.request_id_lengths; ++i) {
-    uint32_t v;
-    read(3, i, &v);
+  // Column `column`'s `count` entries of type T, each appended by `add`.
+  const auto copy = [&]<typename T>(int column, uint32_t count, auto add) {
+    for (uint32_t i = 0; i < count; ++i) {
+      T v;
+      read(column, i, &v);
+      add(v);
+    }
+  };
+  copy.template operator()<int64_t>(0, h.args,
+                                    [&](int64_t v) { p.add_args(v); });
+  copy.template operator()<int64_t>(1, h.hashes,
+                                    [&](int64_t v) { p.add_hashes(v); });
+  copy.template operator()<uint32_t>(2, h.kinds,
+                                     [&](uint32_t v) { p.add_kinds(v); });
+  copy.template operator()<uint32_t>(3, h.request_id_lengths, [&](uint32_t v) {
     p.add_request_id_lengths(v);
-  }
+  });
   p.set_request_ids(std::string(area + offsets[4], h.request_ids));
   return p;
 }
