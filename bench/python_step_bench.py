@@ -121,6 +121,22 @@ class Scheduler:
         self.running = []  # (request id, conversation)
         self.next_id = 0
 
+    def _next_turn(self, rng, convs):
+        """A new turn of a random conversation: the conversation's index,
+        the request id, its block hashes (the conversation's, one block
+        longer; a long one trimmed) and the blocks the KV cache holds."""
+        ci = rng.randrange(len(convs))
+        hashes = convs[ci]
+        if not hashes:
+            hashes.append(rng.getrandbits(63))
+        if len(hashes) > 32:
+            del hashes[1:-8]
+        kv_hit = len(hashes)
+        hashes.append(rng.getrandbits(63))
+        request_id = "r%d" % self.next_id
+        self.next_id += 1
+        return ci, request_id, hashes, kv_hit
+
     def build(self, step):
         step.begin_pass()
         if self.ops == 1:
@@ -141,16 +157,7 @@ class Scheduler:
         for _ in range(want):
             if len(step) >= ops:
                 break
-            ci = rng.randrange(len(convs))
-            hashes = convs[ci]
-            if not hashes:
-                hashes.append(rng.getrandbits(63))
-            if len(hashes) > 32:
-                del hashes[1:-8]
-            kv_hit = len(hashes)
-            hashes.append(rng.getrandbits(63))
-            request_id = "r%d" % self.next_id
-            self.next_id += 1
+            ci, request_id, hashes, kv_hit = self._next_turn(rng, convs)
             step.admit(request_id, 1, len(hashes) * BLOCK + 7,
                        len(hashes) * BLOCK, hashes, kv_hit)
             running.append((request_id, ci))
@@ -217,16 +224,7 @@ class ColumnarScheduler(Scheduler):
         for _ in range(want):
             if n >= ops:
                 break
-            ci = rng.randrange(len(convs))
-            hashes = convs[ci]
-            if not hashes:
-                hashes.append(rng.getrandbits(63))
-            if len(hashes) > 32:
-                del hashes[1:-8]
-            kv_hit = len(hashes)
-            hashes.append(rng.getrandbits(63))
-            request_id = "r%d" % self.next_id
-            self.next_id += 1
+            ci, request_id, hashes, kv_hit = self._next_turn(rng, convs)
             for column, value in zip(admit, (
                     request_id, len(hashes) * BLOCK + 7, len(hashes) * BLOCK,
                     hashes[:], kv_hit)):  # a later admit may trim `hashes`
