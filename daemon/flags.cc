@@ -219,7 +219,7 @@ ABSL_FLAG(absl::Duration, step_channel_spin, absl::Microseconds(50),
           "How long a step channel's thread polls for the next request "
           "after a reply before it sleeps (0 to 10ms): a scheduler's next "
           "pass often comes sooner than a wake-up would.");
-ABSL_FLAG(absl::Duration, step_channel_expect_spin, absl::Milliseconds(2),
+ABSL_FLAG(absl::Duration, step_channel_expect_spin, absl::Microseconds(500),
           "How long a step channel's thread polls for a pass its client "
           "announced it is building (0 to 100ms): the pass then finds the "
           "thread awake however long it took to build.");

@@ -27,7 +27,9 @@
 // Python scheduler's) does not pay a wake-up when it is published. An
 // announcement is a hint: nothing else depends on it, and a stale or
 // hostile one costs the daemon at most one expect window of polling per
-// wake-up.
+// wake-up. A client that reads a reply may announce its next pass at once,
+// without a wake-up (the daemon is still polling then): a scheduler that
+// builds its next pass within the window never waits on a wake-up.
 //
 // A request (RequestHeader, then its columns) is a command:
 //   kStep:     a Step of the session the channel is bound to, its

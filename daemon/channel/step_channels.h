@@ -71,7 +71,7 @@ struct StepChannelOptions {
   absl::Duration spin = absl::Microseconds(50);
   // How long it polls instead, after a client announced its next pass
   // (expect_seq, proto/step_channel.h), for that pass. Valid: 0 to 100 ms.
-  absl::Duration expect_spin = absl::Milliseconds(2);
+  absl::Duration expect_spin = absl::Microseconds(500);
   // A channel whose client sends nothing for this long after opening is
   // closed (its object removed). Valid: 1 ms to 1 h.
   absl::Duration first_request_timeout = absl::Seconds(30);

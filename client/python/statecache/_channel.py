@@ -57,6 +57,7 @@ STEP, PING, CONTINUE, CLOSE = 1, 2, 3, 4
 _HEARTBEAT_MS = 56 // 4
 _CLOSED = 60 // 4
 _REQUEST_SEQ = 64 // 4
+_DAEMON_WAITING = 68 // 4
 _EXPECT_SEQ = 72 // 4
 _REPLY_SEQ = 128 // 4
 _CLIENT_WAITING = 132 // 4
@@ -339,8 +340,12 @@ class StepChannel:
             return
         words = self._words
         words[_EXPECT_SEQ] = (words[_REQUEST_SEQ] + 1) & 0xFFFFFFFF
-        _syscall(_SYS_FUTEX, self._request_seq_at, _FUTEX_WAKE, 0x7FFFFFFF,
-                 None, None, 0)
+        # Awake (still polling after the last reply, which announced this
+        # pass already): nothing to wake. A stale reading only costs the
+        # wake-up the publish makes anyway.
+        if words[_DAEMON_WAITING]:
+            _syscall(_SYS_FUTEX, self._request_seq_at, _FUTEX_WAKE,
+                     0x7FFFFFFF, None, None, 0)
 
     def ping(self, timeout: float = 5.0) -> None:
         """A bare round trip (kPing): the daemon answers an empty reply.
@@ -413,6 +418,9 @@ class StepChannel:
             parts.append(self._mmap[start:start + part])
             got += part
             if got == total:
+                # Keep the daemon's thread polling for the next pass (one
+                # expect window), which a scheduler builds right away.
+                self._words[_EXPECT_SEQ] = (seq + 1) & 0xFFFFFFFF
                 return parts[0] if len(parts) == 1 else b"".join(parts)
             _REQUEST_HEADER.pack_into(self._request, 0, CONTINUE,
                                       *(0,) * 15)
