@@ -58,6 +58,17 @@ ABSL_FLAG(std::string, client_cpus, "",
 namespace statecache::bench {
 namespace {
 
+// The p50 of each of `count` stages' timings, named, and their sum.
+void PrintStages(const char* const* names, std::vector<double>* t, int count) {
+  double total = 0;
+  for (int k = 0; k < count; ++k) {
+    const double m = Summarise(t[k]).p50_us;
+    total += m;
+    std::printf("  %-28s %8.1f\n", names[k], m);
+  }
+  std::printf("  %-28s %8.1f\n", "sum", total);
+}
+
 // One table: `n` passes of `ops` operations taken apart stage by stage.
 void WireBreakdown(int ops, int n, bool packed) {
   InProcessCache in(ops, absl::GetFlag(FLAGS_operation_timing_interval));
@@ -121,13 +132,7 @@ void WireBreakdown(int ops, int n, bool packed) {
           ? "caches warm"
           : absl::StrCat(evict_bytes >> 10, " KiB written between passes")
                 .c_str());
-  double total = 0;
-  for (int k = 0; k < 5; ++k) {
-    const double m = Summarise(t[k]).p50_us;
-    total += m;
-    std::printf("  %-28s %8.1f\n", names[k], m);
-  }
-  std::printf("  %-28s %8.1f\n", "sum", total);
+  PrintStages(names, t, 5);
 }
 
 // The step channel's stages for `n` packed passes of `ops` operations.
@@ -179,13 +184,7 @@ void ChannelBreakdown(int ops, int n) {
       "a %d-op packed pass through a step channel, stage by stage "
       "(caches warm), p50 us:\n",
       ops);
-  double total = 0;
-  for (int k = 0; k < 6; ++k) {
-    const double m = Summarise(t[k]).p50_us;
-    total += m;
-    std::printf("  %-28s %8.1f\n", names[k], m);
-  }
-  std::printf("  %-28s %8.1f\n", "sum", total);
+  PrintStages(names, t, 6);
 }
 
 }  // namespace
