@@ -236,26 +236,13 @@ class StepChannel:
         path = os.path.join("/dev/shm", name.lstrip("/"))
         channel = cls(name, path, response.object_bytes)
         try:
-            channel._first_ping(timeout)
+            # The first round trip: the daemon unlinks the object's name
+            # once it sees it, and a channel that cannot answer is found now.
+            channel.ping(timeout)
         except BaseException:
             channel.close()
             raise
         return channel
-
-    def _first_ping(self, timeout: float) -> None:
-        """The first round trip. A daemon whose channel thread starts
-        after this request was published can miss it (it takes the
-        sequence number it first sees as answered): a ping, safe to send
-        twice, is published again when no reply came within a few
-        heartbeats."""
-        _REQUEST_HEADER.pack_into(self._request, 0, PING, *(0,) * 15)
-        try:
-            if self._wait(self._publish(), self.heartbeat * 3):
-                return
-        except DeadlineExceeded:
-            self.dead = ""
-        if not self._wait(self._publish(), timeout):
-            raise ValueError("the daemon closed the step channel")
 
     # ---- state
 
